@@ -1,0 +1,217 @@
+/* Internal interfaces of the core (never installed). `ul__` prefix = internal. */
+#ifndef UL_CORE_H
+#define UL_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unilink/backend.h>
+#include <unilink/unilink.h>
+
+#define UL__HIDDEN __attribute__((visibility("hidden")))
+
+/* ---------------------------------------------------------------- logging */
+/* log.c. Env: UNILINK_DEBUG=warn|info|trace, UNILINK_DEBUG_SUBSYS=INIT,COLL,...|^P2P,
+ * UNILINK_DEBUG_FILE=path (%h host, %p pid). Lines: "host:pid:tid unilink LEVEL SUBSYS msg". */
+UL__HIDDEN void ul__log(ul_log_level_t level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+UL__HIDDEN int ul__log_enabled(ul_log_level_t level, const char *subsys);
+UL__HIDDEN void ul__log_reset(void); /* re-read the environment (tests) */
+
+#define UL_WARN(subsys, ...) ul__log(UL_LOG_WARN, subsys, __VA_ARGS__)
+#define UL_INFO(subsys, ...)                                                                     \
+  do {                                                                                           \
+    if (ul__log_enabled(UL_LOG_INFO, subsys)) ul__log(UL_LOG_INFO, subsys, __VA_ARGS__);         \
+  } while (0)
+#define UL_TRACE(subsys, ...)                                                                    \
+  do {                                                                                           \
+    if (ul__log_enabled(UL_LOG_TRACE, subsys)) ul__log(UL_LOG_TRACE, subsys, __VA_ARGS__);       \
+  } while (0)
+
+/* NCCLCHECK-style propagation that leaves an error trail in trace logs. */
+#define UL_CHECK(expr)                                                                           \
+  do {                                                                                           \
+    ul_result_t ul__rc = (expr);                                                                 \
+    if (ul__rc != UL_OK) {                                                                       \
+      UL_TRACE("TRACE", "%s:%d -> %s", __FILE__, __LINE__, ul_result_name(ul__rc));              \
+      return ul__rc;                                                                             \
+    }                                                                                            \
+  } while (0)
+#define UL_CHECK_GOTO(expr, rcvar, label)                                                        \
+  do {                                                                                           \
+    (rcvar) = (expr);                                                                            \
+    if ((rcvar) != UL_OK) {                                                                      \
+      UL_TRACE("TRACE", "%s:%d -> %s", __FILE__, __LINE__, ul_result_name(rcvar));               \
+      goto label;                                                                                \
+    }                                                                                            \
+  } while (0)
+
+/* ------------------------------------------------------------- parameters */
+/* param.c: one registry of UNILINK_* parameters (name without prefix, e.g. "TIMEOUT_MS").
+ * Values are read from the environment on every call (cheap; tests change env). */
+typedef enum ul__param_type { UL__PARAM_INT, UL__PARAM_STR } ul__param_type_t;
+/* Parse an integer param; on malformed text warn (naming the variable and the text)
+ * and return default. Accepts decimal, optional k/K/m/M/g/G suffix (x1024). */
+UL__HIDDEN int64_t ul__param_int(const char *name, int64_t def, const char *help);
+UL__HIDDEN const char *ul__param_str(const char *name, const char *def, const char *help);
+/* Strict parse used by both of the above; UL_ERR_INVALID_ARG with a message in err. */
+UL__HIDDEN ul_result_t ul__parse_int(const char *text, int64_t *out, char *err, size_t errlen);
+/* Register every core parameter so unilink-info lists them even before first use. */
+UL__HIDDEN void ul__params_register_core(void);
+
+/* Resolved configuration: config struct > UNILINK_* env > default. */
+typedef struct ul__config {
+  char backend[32];   /* "" = auto */
+  int timeout_ms;     /* 0 = forever */
+  int check;
+  int device;         /* UL_CONFIG_UNDEF = backend decides */
+  char name[64];
+} ul__config_t;
+/* config.c. UL_ERR_INVALID_ARG if cfg->struct_size is too small / absurd. */
+UL__HIDDEN ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out);
+
+/* ------------------------------------------------------------------ errors */
+/* error.c: thread-local last error (no communicator). */
+UL__HIDDEN ul_result_t ul__set_thread_error(ul_result_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+UL__HIDDEN void ul__vformat_error(char *buf, size_t len, const char *fmt, va_list ap);
+
+/* --------------------------------------------------------------- registry */
+/* registry.c: built-in backends (generated list) + plugins from UNILINK_PLUGIN_PATH
+ * (colon separated folders) and the folder of libunilink itself. Tables are copied
+ * into a full-size ul_backend_ops_t with absent ops replaced by stubs. */
+typedef struct ul__backend {
+  ul_backend_ops_t ops;     /* full, stub-filled copy */
+  ul_backend_coll_ops_t coll; /* full, NULL-filled copy (NULL = not native) */
+  ul_backend_caps_t caps;
+  int probed;               /* init() called */
+  ul_result_t status;       /* init() result */
+  char reason[256];
+  int plugin;
+  char origin[256];
+  void *dl_handle;
+} ul__backend_t;
+
+UL__HIDDEN int ul__registry_count(void);
+UL__HIDDEN ul__backend_t *ul__registry_at(int index); /* probes on first use */
+/* NULL/""/"auto": best available (highest priority). UL_ERR_NOT_FOUND / UNAVAILABLE
+ * with a thread error sentence. */
+UL__HIDDEN ul_result_t ul__registry_find(const char *name, ul__backend_t **out);
+/* Validate and register a table (used for plugins and by tests). */
+UL__HIDDEN ul_result_t ul__registry_add(const ul_backend_ops_t *ops, const char *origin,
+                                        void *dl_handle);
+/* Load one plugin file (tests). */
+UL__HIDDEN ul_result_t ul__registry_load_plugin(const char *path);
+/* Forget everything (tests): unload plugins, reset probing. */
+UL__HIDDEN void ul__registry_reset(void);
+/* Is this op of ops a stub (absent)? */
+UL__HIDDEN bool ul__op_is_stub(const void *fnptr);
+
+/* --------------------------------------------------------------- datatypes */
+/* dtype.c + reduce.c */
+UL__HIDDEN float ul__fp16_to_float(uint16_t h);
+UL__HIDDEN uint16_t ul__float_to_fp16(float f);      /* round to nearest even */
+UL__HIDDEN float ul__bf16_to_float(uint16_t h);
+UL__HIDDEN uint16_t ul__float_to_bf16(float f);      /* round to nearest even */
+UL__HIDDEN float ul__fp8e4m3_to_float(uint8_t v);
+UL__HIDDEN uint8_t ul__float_to_fp8e4m3(float f);    /* RNE, saturate to 448 */
+UL__HIDDEN float ul__fp8e5m2_to_float(uint8_t v);
+UL__HIDDEN uint8_t ul__float_to_fp8e5m2(float f);    /* RNE, overflow -> inf */
+UL__HIDDEN bool ul__dtype_is_float(ul_dtype_t d);
+UL__HIDDEN bool ul__dtype_valid(ul_dtype_t d);
+UL__HIDDEN bool ul__op_valid(ul_op_t op);
+
+/* ------------------------------------------------------------ communicator */
+#define UL__MAX_GROUP_OPS 4096
+
+typedef struct ul__host_stream ul__host_stream_t; /* stream.c */
+
+struct ul_comm {
+  uint32_t magic; /* UL__COMM_MAGIC while alive */
+  ul__backend_t *backend;
+  ul_backend_comm_t *bcomm;
+  ul_backend_comm_props_t props;
+  ul__config_t config;
+  int rank, nranks;
+  int device;
+  volatile int abort_flag;
+  volatile int in_flight; /* threads inside a call on this comm */
+  ul_result_t sticky;     /* sticky error */
+  uint64_t seq;           /* collective sequence number */
+  char last_error[512];
+  ul_call_info_t last_call;
+  struct ul__generic *generic; /* generic layer state (peer-copy backends) */
+  void *lock;                  /* pthread_mutex_t* guarding last_error/last_call */
+};
+#define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
+
+struct ul_stream {
+  uint32_t magic;
+  ul_comm_t comm;
+  ul_backend_stream_t *bstream; /* native streams */
+  ul__host_stream_t *host;      /* host streams (worker thread) */
+};
+#define UL__STREAM_MAGIC 0x756c7374U
+
+struct ul_window {
+  uint32_t magic;
+  ul_comm_t comm;
+  ul_backend_window_t *bwin;
+  void *base;
+  size_t size;
+  size_t *peer_sizes; /* nranks */
+  void **peer_bases;  /* nranks; NULL where not load/store reachable */
+};
+#define UL__WINDOW_MAGIC 0x756c7769U
+
+/* comm.c */
+UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
+
+/* ------------------------------------------------------------ validation */
+/* validate.c: every check the public calls make; each returns UL_OK or sets the comm's
+ * error sentence (argument name and why) and returns UL_ERR_INVALID_ARG. */
+typedef struct ul__coll_args {
+  ul_coll_t coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count; /* per the public call's meaning */
+  ul_dtype_t dtype;
+  ul_op_t op;
+  int root;
+  int peer;     /* send/recv */
+} ul__coll_args_t;
+
+UL__HIDDEN ul_result_t ul__validate_coll(ul_comm_t comm, const ul__coll_args_t *a,
+                                         ul_stream_t stream);
+
+/* --------------------------------------------------------------- streams */
+/* stream.c: host streams run queued closures on a worker thread, in order. */
+typedef ul_result_t (*ul__task_fn)(void *arg);
+UL__HIDDEN ul_result_t ul__host_stream_create(ul_comm_t comm, ul__host_stream_t **out);
+UL__HIDDEN ul_result_t ul__host_stream_enqueue(ul__host_stream_t *s, ul__task_fn fn, void *arg,
+                                               size_t arg_size);
+UL__HIDDEN ul_result_t ul__host_stream_sync(ul__host_stream_t *s, int timeout_ms);
+UL__HIDDEN ul_result_t ul__host_stream_query(ul__host_stream_t *s);
+UL__HIDDEN void ul__host_stream_destroy(ul__host_stream_t *s);
+
+/* ----------------------------------------------------- generic algorithms */
+/* generic/: patterns (pure rank arithmetic) */
+UL__HIDDEN int ul__ring_next(int rank, int nranks);
+UL__HIDDEN int ul__ring_prev(int rank, int nranks);
+/* Block that rank sends at ring step `step` of a reduce-scatter (block received is
+ * ul__ring_rs_send_block(prev, ...)). After nranks-1 steps rank owns block (rank+1)%n. */
+UL__HIDDEN int ul__ring_rs_send_block(int rank, int step, int nranks);
+UL__HIDDEN int ul__ring_ag_send_block(int rank, int step, int nranks);
+/* Binomial tree rooted at root: parent (-1 at root) and children (returns count). */
+UL__HIDDEN int ul__tree_parent(int rank, int root, int nranks);
+UL__HIDDEN int ul__tree_children(int rank, int root, int nranks, int *children, int max);
+/* Recursive doubling: partner at step k (-1 if none); largest power of two <= n. */
+UL__HIDDEN int ul__rd_partner(int rank, int step, int nranks);
+UL__HIDDEN int ul__pow2_floor(int n);
+/* Balanced split of count elements into nblocks: offset and length of block b. */
+UL__HIDDEN void ul__block_range(size_t count, int nblocks, int b, size_t *off, size_t *len);
+
+#endif
