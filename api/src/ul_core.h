@@ -143,6 +143,11 @@ struct ul_comm {
   ul_call_info_t last_call;
   struct ul__generic *generic; /* generic layer state (peer-copy backends) */
   void *lock;                  /* pthread_mutex_t* guarding last_error/last_call */
+  /* Operations run in issue order whatever stream they were enqueued on, so every
+   * rank executes the same sequence: a ticket is taken at issue, a turn at run. */
+  uint64_t issue_ticket;
+  uint64_t exec_ticket;
+  void *turn; /* ul__turn_t* (coll.c) */
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 

@@ -1,0 +1,763 @@
+/* Public collectives, point to point, groups and streams: validate, then dispatch to
+ * the backend's native collective or to the generic algorithm layer, in issue order. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "generic/generic.h"
+#include "ul_core.h"
+
+/* ------------------------------------------------------------ turn order */
+
+typedef struct ul__turn {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} ul__turn_t;
+
+void *ul__turn_create(void) {
+  ul__turn_t *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  return t;
+}
+
+void ul__turn_destroy(void *p) {
+  ul__turn_t *t = p;
+  if (!t) return;
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  free(t);
+}
+
+static uint64_t take_ticket(ul_comm_t c) {
+  return __atomic_fetch_add(&c->issue_ticket, 1, __ATOMIC_SEQ_CST);
+}
+
+static ul_result_t wait_turn(ul_comm_t c, uint64_t ticket) {
+  ul__turn_t *t = c->turn;
+  pthread_mutex_lock(&t->mu);
+  while (c->exec_ticket != ticket) {
+    if (__atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE)) {
+      pthread_mutex_unlock(&t->mu);
+      return UL_ERR_ABORTED;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_nsec += 20000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+      dl.tv_sec++;
+      dl.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&t->cv, &t->mu, &dl);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return UL_OK;
+}
+
+static void end_turn(ul_comm_t c) {
+  ul__turn_t *t = c->turn;
+  pthread_mutex_lock(&t->mu);
+  c->exec_ticket++;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* ------------------------------------------------------------- overrides */
+
+/* UNILINK_ALGO="allreduce:ring,broadcast:native". Returns a static-per-thread copy. */
+static const char *algo_override(ul_coll_t coll) {
+  static __thread char out[32];
+  const char *spec = ul__param_str("ALGO", "",
+                                   "force algorithms: <collective>:<algorithm>[,...]; "
+                                   "algorithm is native, direct, ring, oneshot, tree, "
+                                   "pairwise, linear or signal");
+  if (!spec || !spec[0]) return NULL;
+  const char *name = ul_coll_name(coll);
+  size_t nl = strlen(name);
+  const char *p = spec;
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len > nl && strncmp(p, name, nl) == 0 && p[nl] == ':' && len - nl - 1 < sizeof out) {
+      memcpy(out, p + nl + 1, len - nl - 1);
+      out[len - nl - 1] = '\0';
+      return out;
+    }
+    p += len + (e ? 1 : 0);
+  }
+  return NULL;
+}
+
+#ifdef UNILINK_TEST_HOOKS
+/* Test-only fault switch: UNILINK_FAULT=<collective>:offbyone adds 1 to element 0 of
+ * rank 0's result, so the conformance suite can prove it catches wrong results. */
+static void maybe_inject_fault(ul_comm_t c, const ul__coll_args_t *a) {
+  const char *f = ul__param_str("FAULT", "", "test builds only: <collective>:offbyone");
+  if (!f || !f[0] || c->rank != 0 || a->count == 0 || a->recvbuf == NULL) return;
+  if (!(c->backend->caps.flags & UL_BACKEND_HOST_MEMORY)) return;
+  char want[48];
+  snprintf(want, sizeof want, "%s:offbyone", ul_coll_name(a->coll));
+  if (strcmp(f, want) != 0) return;
+  double v = ul_value_load(a->dtype, a->recvbuf);
+  ul_value_store(a->dtype, a->recvbuf, v + 1.0);
+}
+#endif
+
+/* --------------------------------------------------------- check mode */
+
+typedef struct check_rec {
+  int32_t coll, dtype, op, root;
+  uint64_t count;
+} check_rec_t;
+
+static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backend_stream_t *bs,
+                                ul_call_info_t *info);
+
+static ul_result_t check_args(ul_comm_t c, const ul__coll_args_t *a, ul_backend_stream_t *bs) {
+  int n = c->nranks;
+  check_rec_t mine = {(int32_t)a->coll, (int32_t)a->dtype, (int32_t)a->op, (int32_t)a->root,
+                      (uint64_t)a->count};
+  if (a->coll != UL_COLL_ALLREDUCE && a->coll != UL_COLL_REDUCE &&
+      a->coll != UL_COLL_REDUCE_SCATTER)
+    mine.op = -1;
+  if (a->coll != UL_COLL_BROADCAST && a->coll != UL_COLL_REDUCE && a->coll != UL_COLL_GATHER &&
+      a->coll != UL_COLL_SCATTER)
+    mine.root = -1;
+  if (a->coll == UL_COLL_BARRIER) mine.dtype = -1, mine.count = 0;
+  check_rec_t *all = calloc((size_t)n, sizeof *all);
+  if (!all) return ul__comm_set_error(c, UL_ERR_NO_MEMORY, "check mode: out of memory");
+  ul__coll_args_t ag = {UL_COLL_ALLGATHER, &mine, all, sizeof mine, UL_UINT8, UL_SUM, 0, 0};
+  ul_call_info_t tmp;
+  memset(&tmp, 0, sizeof tmp);
+  ul_result_t rc = run_coll_now(c, &ag, bs, &tmp);
+  if (rc == UL_OK) {
+    for (int r = 0; r < n; r++) {
+      const check_rec_t *o = &all[r];
+      const char *what = NULL;
+      if (o->coll != mine.coll) what = "operation";
+      else if (o->count != mine.count) what = "count";
+      else if (o->dtype != mine.dtype) what = "datatype";
+      else if (o->op != mine.op) what = "reduction op";
+      else if (o->root != mine.root) what = "root";
+      if (what) {
+        char theirs[96], ours[96];
+        snprintf(theirs, sizeof theirs, "%s count=%llu dtype=%s op=%s root=%d",
+                 ul_coll_name((ul_coll_t)o->coll) ? ul_coll_name((ul_coll_t)o->coll) : "?",
+                 (unsigned long long)o->count,
+                 o->dtype >= 0 && ul_dtype_name((ul_dtype_t)o->dtype) ? ul_dtype_name((ul_dtype_t)o->dtype) : "-",
+                 o->op >= 0 && ul_op_name((ul_op_t)o->op) ? ul_op_name((ul_op_t)o->op) : "-", o->root);
+        snprintf(ours, sizeof ours, "%s count=%llu dtype=%s op=%s root=%d",
+                 ul_coll_name(a->coll), (unsigned long long)mine.count,
+                 mine.dtype >= 0 ? ul_dtype_name(a->dtype) : "-",
+                 mine.op >= 0 ? ul_op_name(a->op) : "-", mine.root);
+        rc = ul__comm_set_error(c, UL_ERR_MISMATCH,
+                                "check mode: %s differs on rank %d (%s) from rank %d (%s)", what,
+                                r, theirs, c->rank, ours);
+        break;
+      }
+    }
+  }
+  free(all);
+  return rc;
+}
+
+/* -------------------------------------------------------------- execution */
+
+static ul_result_t native_coll(ul_comm_t c, const ul__coll_args_t *a, ul_backend_stream_t *bs,
+                               int *handled) {
+  const ul_backend_coll_ops_t *k = &c->backend->coll;
+  ul_backend_comm_t *b = c->bcomm;
+  *handled = 1;
+  switch (a->coll) {
+    case UL_COLL_ALLREDUCE:
+      if (k->allreduce) return k->allreduce(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, bs);
+      break;
+    case UL_COLL_BROADCAST:
+      if (k->broadcast) return k->broadcast(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->root, bs);
+      break;
+    case UL_COLL_REDUCE:
+      if (k->reduce)
+        return k->reduce(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, a->root, bs);
+      break;
+    case UL_COLL_ALLGATHER:
+      if (k->allgather) return k->allgather(b, a->sendbuf, a->recvbuf, a->count, a->dtype, bs);
+      break;
+    case UL_COLL_REDUCE_SCATTER:
+      if (k->reduce_scatter)
+        return k->reduce_scatter(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, bs);
+      break;
+    case UL_COLL_ALLTOALL:
+      if (k->alltoall) return k->alltoall(b, a->sendbuf, a->recvbuf, a->count, a->dtype, bs);
+      break;
+    case UL_COLL_GATHER:
+      if (k->gather) return k->gather(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->root, bs);
+      break;
+    case UL_COLL_SCATTER:
+      if (k->scatter) return k->scatter(b, a->sendbuf, a->recvbuf, a->count, a->dtype, a->root, bs);
+      break;
+    case UL_COLL_BARRIER:
+      if (k->barrier) return k->barrier(b, bs);
+      break;
+    default: break;
+  }
+  *handled = 0;
+  return UL_ERR_UNSUPPORTED;
+}
+
+static int has_native(ul_comm_t c, ul_coll_t coll) {
+  const ul_backend_coll_ops_t *k = &c->backend->coll;
+  switch (coll) {
+    case UL_COLL_ALLREDUCE: return k->allreduce != NULL;
+    case UL_COLL_BROADCAST: return k->broadcast != NULL;
+    case UL_COLL_REDUCE: return k->reduce != NULL;
+    case UL_COLL_ALLGATHER: return k->allgather != NULL;
+    case UL_COLL_REDUCE_SCATTER: return k->reduce_scatter != NULL;
+    case UL_COLL_ALLTOALL: return k->alltoall != NULL;
+    case UL_COLL_GATHER: return k->gather != NULL;
+    case UL_COLL_SCATTER: return k->scatter != NULL;
+    case UL_COLL_BARRIER: return k->barrier != NULL;
+    default: return 0;
+  }
+}
+
+/* Run a collective now (caller holds the turn). */
+static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backend_stream_t *bs,
+                                ul_call_info_t *info) {
+  const char *forced = algo_override(a->coll);
+  int native = has_native(c, a->coll);
+  info->fallback = 0;
+  if (forced && strcmp(forced, "native") == 0) {
+    if (!native)
+      return ul__comm_set_error(c, UL_ERR_UNSUPPORTED,
+                                "UNILINK_ALGO asks for the native %s, but backend %s has none",
+                                ul_coll_name(a->coll), c->backend->ops.name);
+    forced = NULL;
+  } else if (forced) {
+    native = 0;
+  }
+  if (native) {
+    int handled = 0;
+    snprintf(info->algorithm, sizeof info->algorithm, "native");
+    snprintf(info->reason, sizeof info->reason, "backend %s implements %s natively",
+             c->backend->ops.name, ul_coll_name(a->coll));
+    ul_result_t rc = native_coll(c, a, bs, &handled);
+    if (rc != UL_ERR_UNSUPPORTED || !ul__generic_available(c)) return rc;
+    /* The backend declined this call (e.g. a dtype it lacks): fall back, and say why. */
+    char cause[160];
+    snprintf(cause, sizeof cause, "%s", c->last_error);
+    info->fallback = 1;
+    rc = ul__generic_collective(c, a, NULL, bs, info);
+    char r2[192];
+    snprintf(r2, sizeof r2, "native %s declined (%.120s); generic fallback", ul_coll_name(a->coll),
+             cause);
+    snprintf(info->reason, sizeof info->reason, "%s", r2);
+    return rc;
+  }
+  return ul__generic_collective(c, a, forced, bs, info);
+}
+
+static int fatal_error(ul_result_t rc) {
+  return rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED ||
+         rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
+}
+
+typedef struct coll_task {
+  ul_comm_t comm;
+  ul__coll_args_t args;
+  uint64_t ticket;
+  ul_backend_stream_t *bs;
+} coll_task_t;
+
+static ul_result_t execute_coll(coll_task_t *t) {
+  ul_comm_t c = t->comm;
+  ul_result_t rc = wait_turn(c, t->ticket);
+  if (rc != UL_OK) return ul__comm_set_error(c, rc, "%s: aborted before it ran", ul_coll_name(t->args.coll));
+  uint64_t seq = ++c->seq;
+  ul_call_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  info.sequence = seq;
+  info.coll = t->args.coll;
+  snprintf(info.backend, sizeof info.backend, "%s", c->backend->ops.name);
+  snprintf(info.path, sizeof info.path, "%s", c->props.path);
+  size_t es = t->args.coll == UL_COLL_BARRIER ? 0 : ul_dtype_size(t->args.dtype);
+  info.bytes = t->args.count * es;
+  if (c->sticky != UL_OK) {
+    rc = c->sticky;
+    ul__comm_set_error(c, rc, "%s #%llu refused: the communicator is in error state (%s); abort "
+                       "or destroy it", ul_coll_name(t->args.coll), (unsigned long long)seq,
+                       ul_result_name(rc));
+    end_turn(c);
+    return rc;
+  }
+  if (c->config.check) rc = check_args(c, &t->args, t->bs);
+  if (rc == UL_OK) rc = run_coll_now(c, &t->args, t->bs, &info);
+#ifdef UNILINK_TEST_HOOKS
+  if (rc == UL_OK) maybe_inject_fault(c, &t->args);
+#endif
+  if (rc == UL_OK) {
+    c->backend->ops.annotate_call(c->bcomm, &info); /* stub returns UNSUPPORTED: ignore */
+    ul__comm_record_call(c, &info);
+    UL_TRACE("COLL", "%s #%llu %zu B on %s: %s (%s)", ul_coll_name(t->args.coll),
+             (unsigned long long)seq, info.bytes, info.backend, info.algorithm, info.reason);
+  } else if (fatal_error(rc)) {
+    c->sticky = rc;
+  }
+  end_turn(c);
+  return rc;
+}
+
+static ul_result_t coll_task_fn(void *arg) {
+  coll_task_t *t = arg;
+  ul_comm_t c = t->comm;
+  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  ul_result_t rc = execute_coll(t);
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  return rc;
+}
+
+/* --------------------------------------------------------------- groups */
+
+typedef struct group_item {
+  int is_coll;
+  ul_comm_t comm;
+  ul_stream_t stream;
+  ul__coll_args_t args;  /* collectives */
+  ul__p2p_op_t p2p;      /* send/recv */
+  ul_dtype_t dtype;
+  size_t count;
+} group_item_t;
+
+static __thread int group_depth;
+static __thread group_item_t *group_items;
+static __thread int group_n, group_cap;
+static __thread ul_result_t group_error;
+
+static ul_result_t group_append(const group_item_t *it) {
+  if (group_n == group_cap) {
+    int cap = group_cap ? group_cap * 2 : 16;
+    if (cap > UL__MAX_GROUP_OPS) return UL_ERR_NO_MEMORY;
+    group_item_t *p = realloc(group_items, (size_t)cap * sizeof *p);
+    if (!p) return UL_ERR_NO_MEMORY;
+    group_items = p;
+    group_cap = cap;
+  }
+  group_items[group_n++] = *it;
+  return UL_OK;
+}
+
+/* A batch: consecutive items of one communicator, run under one ticket. */
+typedef struct batch_task {
+  ul_comm_t comm;
+  uint64_t ticket;
+  ul_backend_stream_t *bs;
+  int n;
+  group_item_t *items; /* owned */
+} batch_task_t;
+
+static ul_result_t run_p2p_native(ul_comm_t c, group_item_t *it, int n, ul_backend_stream_t *bs) {
+  const ul_backend_ops_t *o = &c->backend->ops;
+  UL_CHECK(o->group_start(c->bcomm) == UL_ERR_UNSUPPORTED ? UL_OK : UL_OK);
+  ul_result_t rc = UL_OK;
+  for (int i = 0; i < n && rc == UL_OK; i++) {
+    if (it[i].p2p.is_send)
+      rc = o->send(c->bcomm, it[i].p2p.buf, it[i].count, it[i].dtype, it[i].p2p.peer, bs);
+    else
+      rc = o->recv(c->bcomm, it[i].p2p.buf, it[i].count, it[i].dtype, it[i].p2p.peer, bs);
+  }
+  ul_result_t rc2 = o->group_end(c->bcomm, bs);
+  if (rc == UL_OK && rc2 != UL_ERR_UNSUPPORTED) rc = rc2;
+  return rc;
+}
+
+static ul_result_t execute_batch(batch_task_t *t) {
+  ul_comm_t c = t->comm;
+  ul_result_t rc = wait_turn(c, t->ticket);
+  if (rc != UL_OK) return ul__comm_set_error(c, rc, "group: aborted before it ran");
+  uint64_t seq = ++c->seq;
+  if (c->sticky != UL_OK) {
+    rc = ul__comm_set_error(c, c->sticky, "group #%llu refused: communicator in error state",
+                            (unsigned long long)seq);
+    end_turn(c);
+    return rc;
+  }
+  int native_p2p = !ul__op_is_stub((const void *)c->backend->ops.send);
+  for (int i = 0; i < t->n && rc == UL_OK;) {
+    if (t->items[i].is_coll) {
+      ul_call_info_t info;
+      memset(&info, 0, sizeof info);
+      info.struct_size = sizeof info;
+      rc = run_coll_now(c, &t->items[i].args, t->bs, &info);
+      i++;
+      continue;
+    }
+    int j = i;
+    while (j < t->n && !t->items[j].is_coll) j++;
+    if (native_p2p) {
+      rc = run_p2p_native(c, &t->items[i], j - i, t->bs);
+    } else {
+      ul__p2p_op_t *ops = calloc((size_t)(j - i), sizeof *ops);
+      if (!ops) rc = ul__comm_set_error(c, UL_ERR_NO_MEMORY, "group: out of memory");
+      else {
+        for (int k = i; k < j; k++) ops[k - i] = t->items[k].p2p;
+        if (c->generic) ((void)0);
+        rc = ul__generic_p2p(c, ops, j - i, t->bs);
+        free(ops);
+      }
+    }
+    i = j;
+  }
+  if (rc == UL_OK) {
+    ul_call_info_t info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    info.sequence = seq;
+    info.coll = UL_COLL_SENDRECV;
+    snprintf(info.backend, sizeof info.backend, "%s", c->backend->ops.name);
+    snprintf(info.path, sizeof info.path, "%s", c->props.path);
+    snprintf(info.algorithm, sizeof info.algorithm, "%s", native_p2p ? "native" : "channels");
+    snprintf(info.reason, sizeof info.reason, "%d operation(s) in one group", t->n);
+    for (int i = 0; i < t->n; i++)
+      if (!t->items[i].is_coll && t->items[i].p2p.is_send) info.bytes += t->items[i].p2p.bytes;
+    c->backend->ops.annotate_call(c->bcomm, &info);
+    ul__comm_record_call(c, &info);
+  } else if (fatal_error(rc)) {
+    c->sticky = rc;
+  }
+  end_turn(c);
+  return rc;
+}
+
+static ul_result_t batch_task_fn(void *arg) {
+  batch_task_t *t = arg;
+  ul_comm_t c = t->comm;
+  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  ul_result_t rc = execute_batch(t);
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  free(t->items);
+  return rc;
+}
+
+static void *batch_thread(void *arg) {
+  batch_task_t *t = arg;
+  ul_result_t rc = batch_task_fn(t);
+  return (void *)(intptr_t)rc;
+}
+
+static ul_backend_stream_t *bstream_of(ul_stream_t s) { return s ? s->bstream : NULL; }
+
+/* Enqueue a prepared batch on its stream, or run it now. */
+static ul_result_t submit_batch(batch_task_t *t, ul_stream_t stream) {
+  if (stream && stream->host) {
+    ul_result_t rc = ul__host_stream_enqueue(stream->host, batch_task_fn, t, sizeof *t);
+    if (rc != UL_OK) free(t->items);
+    return rc;
+  }
+  return batch_task_fn(t);
+}
+
+UL_API ul_result_t ul_group_start(void) {
+  if (group_depth >= 64)
+    return ul__set_thread_error(UL_ERR_INVALID_USAGE, "ul_group_start: groups nested deeper than 64");
+  if (group_depth == 0) {
+    group_n = 0;
+    group_error = UL_OK;
+  }
+  group_depth++;
+  return UL_OK;
+}
+
+UL_API ul_result_t ul_group_end(void) {
+  if (group_depth == 0)
+    return ul__set_thread_error(UL_ERR_INVALID_USAGE, "ul_group_end without ul_group_start");
+  if (--group_depth > 0) return UL_OK;
+  ul_result_t rc = group_error;
+  int n = group_n;
+  group_n = 0;
+  if (rc != UL_OK || n == 0) return rc;
+  /* One batch per communicator (items keep their issue order within it). */
+  int nb = 0;
+  ul_comm_t comms[256];
+  for (int i = 0; i < n; i++) {
+    int k;
+    for (k = 0; k < nb; k++)
+      if (comms[k] == group_items[i].comm) break;
+    if (k == nb) {
+      if (nb == 256)
+        return ul__set_thread_error(UL_ERR_INVALID_USAGE, "ul_group_end: more than 256 communicators in one group");
+      comms[nb++] = group_items[i].comm;
+    }
+  }
+  batch_task_t *tasks = calloc((size_t)nb, sizeof *tasks);
+  ul_stream_t *streams = calloc((size_t)nb, sizeof *streams);
+  pthread_t *th = calloc((size_t)nb, sizeof *th);
+  if (!tasks || !streams || !th) {
+    free(tasks), free(streams), free(th);
+    return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_group_end: out of memory");
+  }
+  for (int k = 0; k < nb; k++) {
+    tasks[k].comm = comms[k];
+    tasks[k].items = calloc((size_t)n, sizeof(group_item_t));
+    if (!tasks[k].items) rc = UL_ERR_NO_MEMORY;
+  }
+  for (int i = 0; i < n && rc == UL_OK; i++)
+    for (int k = 0; k < nb; k++)
+      if (tasks[k].comm == group_items[i].comm) {
+        if (tasks[k].n == 0) streams[k] = group_items[i].stream;
+        else if (streams[k] != group_items[i].stream)
+          rc = ul__comm_set_error(comms[k], UL_ERR_INVALID_ARG,
+                                  "ul_group_end: operations of one communicator in a group must "
+                                  "use one stream");
+        tasks[k].items[tasks[k].n++] = group_items[i];
+      }
+  if (rc != UL_OK) {
+    for (int k = 0; k < nb; k++) free(tasks[k].items);
+    free(tasks), free(streams), free(th);
+    return rc;
+  }
+  for (int k = 0; k < nb; k++) {
+    tasks[k].ticket = take_ticket(comms[k]);
+    tasks[k].bs = bstream_of(streams[k]);
+  }
+  /* Several communicators driven by this one thread must progress together (one
+   * process driving several ranks): run NULL-stream batches on helper threads. */
+  int need_threads = 0;
+  for (int k = 0; k < nb; k++)
+    if (!(streams[k] && streams[k]->host)) need_threads++;
+  for (int k = 0; k < nb; k++) {
+    ul_result_t r;
+    if (streams[k] && streams[k]->host) r = submit_batch(&tasks[k], streams[k]);
+    else if (need_threads > 1) {
+      r = pthread_create(&th[k], NULL, batch_thread, &tasks[k]) == 0 ? UL_OK : UL_ERR_SYSTEM;
+      if (r != UL_OK) free(tasks[k].items);
+    } else
+      r = submit_batch(&tasks[k], streams[k]);
+    if (r != UL_OK && rc == UL_OK) rc = r;
+  }
+  for (int k = 0; k < nb; k++)
+    if (th[k]) {
+      void *ret;
+      pthread_join(th[k], &ret);
+      ul_result_t r = (ul_result_t)(intptr_t)ret;
+      if (r != UL_OK && rc == UL_OK) rc = r;
+    }
+  free(tasks), free(streams), free(th);
+  return rc;
+}
+
+/* ----------------------------------------------------------- entry points */
+
+static ul_result_t submit_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
+  UL_CHECK(ul__validate_coll(comm, a, stream));
+  if (group_depth > 0) {
+    group_item_t it;
+    memset(&it, 0, sizeof it);
+    it.is_coll = 1;
+    it.comm = comm;
+    it.stream = stream;
+    it.args = *a;
+    ul_result_t rc = group_append(&it);
+    if (rc != UL_OK) group_error = ul__comm_set_error(comm, rc, "group: too many operations");
+    return rc;
+  }
+  coll_task_t t = {comm, *a, take_ticket(comm), bstream_of(stream)};
+  if (stream && stream->host) {
+    ul_result_t rc = ul__host_stream_enqueue(stream->host, coll_task_fn, &t, sizeof t);
+    if (rc != UL_OK) return ul__comm_set_error(comm, rc, "%s: cannot enqueue", ul_coll_name(a->coll));
+    return UL_OK;
+  }
+  return coll_task_fn(&t);
+}
+
+UL_API ul_result_t ul_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                ul_dtype_t dtype, ul_op_t op, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                ul_dtype_t dtype, int root, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_reduce(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
+                             ul_op_t op, int root, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, UL_SUM, 0, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     ul_dtype_t dtype, ul_op_t op, ul_comm_t comm,
+                                     ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                               ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, UL_SUM, 0, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_gather(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
+                             int root, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_GATHER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_scatter(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
+                              int root, ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+UL_API ul_result_t ul_barrier(ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_BARRIER, NULL, NULL, 0, UL_UINT8, UL_SUM, 0, 0};
+  return submit_coll(comm, &a, stream);
+}
+
+static ul_result_t p2p_call(int is_send, void *buf, size_t count, ul_dtype_t dtype, int peer,
+                            ul_comm_t comm, ul_stream_t stream) {
+  ul__coll_args_t a = {UL_COLL_SENDRECV, buf, NULL, count, dtype, UL_SUM, 0, peer};
+  ul_result_t rc = ul__validate_coll(comm, &a, stream);
+  if (rc != UL_OK) {
+    if (group_depth > 0 && group_error == UL_OK) group_error = UL_OK; /* per-call error only */
+    return rc;
+  }
+  group_item_t it;
+  memset(&it, 0, sizeof it);
+  it.comm = comm;
+  it.stream = stream;
+  it.p2p.is_send = is_send;
+  it.p2p.buf = buf;
+  it.p2p.bytes = count * ul_dtype_size(dtype);
+  it.p2p.peer = peer;
+  it.dtype = dtype;
+  it.count = count;
+  int own_group = group_depth == 0;
+  if (own_group) UL_CHECK(ul_group_start());
+  rc = group_append(&it);
+  if (rc != UL_OK && group_error == UL_OK)
+    group_error = ul__comm_set_error(comm, rc, "group: more than %d operations", UL__MAX_GROUP_OPS);
+  if (own_group) {
+    ul_result_t r2 = ul_group_end();
+    if (rc == UL_OK) rc = r2;
+  }
+  return rc;
+}
+
+UL_API ul_result_t ul_send(const void *buf, size_t count, ul_dtype_t dtype, int peer,
+                           ul_comm_t comm, ul_stream_t stream) {
+  return p2p_call(1, (void *)buf, count, dtype, peer, comm, stream);
+}
+
+UL_API ul_result_t ul_recv(void *buf, size_t count, ul_dtype_t dtype, int peer, ul_comm_t comm,
+                           ul_stream_t stream) {
+  return p2p_call(0, buf, count, dtype, peer, comm, stream);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_create: comm is NULL or invalid");
+  if (stream == NULL)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_create: stream is NULL");
+  *stream = NULL;
+  ul_stream_t s = calloc(1, sizeof *s);
+  if (!s) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_stream_create: out of memory");
+  s->magic = UL__STREAM_MAGIC;
+  s->comm = comm;
+  ul_result_t rc;
+  if (comm->backend->caps.flags & UL_BACKEND_HOST_STREAMS)
+    rc = ul__host_stream_create(comm, &s->host);
+  else
+    rc = comm->backend->ops.stream_create(comm->bcomm, &s->bstream);
+  if (rc != UL_OK) {
+    free(s);
+    if (rc == UL_ERR_UNSUPPORTED && comm->last_error[0] == '\0')
+      ul__comm_set_error(comm, rc, "ul_stream_create: backend %s has no streams",
+                         comm->backend->ops.name);
+    return rc;
+  }
+  *stream = s;
+  return UL_OK;
+}
+
+UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream_t *stream) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_wrap_native: comm is NULL or invalid");
+  if (stream == NULL || native == NULL)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_wrap_native: %s is NULL",
+                              stream ? "native" : "stream");
+  *stream = NULL;
+  ul_stream_t s = calloc(1, sizeof *s);
+  if (!s) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_stream_wrap_native: out of memory");
+  s->magic = UL__STREAM_MAGIC;
+  s->comm = comm;
+  ul_result_t rc = comm->backend->ops.stream_wrap(comm->bcomm, native, &s->bstream);
+  if (rc != UL_OK) {
+    free(s);
+    if (rc == UL_ERR_UNSUPPORTED)
+      ul__comm_set_error(comm, rc, "ul_stream_wrap_native: backend %s has no native streams",
+                         comm->backend->ops.name);
+    return rc;
+  }
+  *stream = s;
+  return UL_OK;
+}
+
+static int stream_valid(ul_stream_t s) { return s && s->magic == UL__STREAM_MAGIC; }
+
+UL_API ul_result_t ul_stream_synchronize(ul_stream_t stream) {
+  if (!stream_valid(stream))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_synchronize: stream is NULL or invalid");
+  ul_comm_t c = stream->comm;
+  if (stream->host) {
+    ul_result_t rc = ul__host_stream_sync(stream->host, c->config.timeout_ms);
+    if (rc == UL_ERR_TIMEOUT)
+      ul__comm_set_error(c, rc, "ul_stream_synchronize: work still running after %d ms",
+                         c->config.timeout_ms);
+    return rc;
+  }
+  return c->backend->ops.stream_synchronize(stream->bstream, c->config.timeout_ms);
+}
+
+UL_API ul_result_t ul_stream_query(ul_stream_t stream) {
+  if (!stream_valid(stream))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_query: stream is NULL or invalid");
+  if (stream->host) return ul__host_stream_query(stream->host);
+  return stream->comm->backend->ops.stream_query(stream->bstream);
+}
+
+UL_API ul_result_t ul_stream_destroy(ul_stream_t stream) {
+  if (stream == NULL) return UL_OK;
+  if (!stream_valid(stream))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_destroy: invalid stream handle");
+  ul_result_t rc = UL_OK;
+  if (stream->host) {
+    rc = ul__host_stream_sync(stream->host, stream->comm->config.timeout_ms);
+    ul__host_stream_destroy(stream->host);
+  } else {
+    rc = stream->comm->backend->ops.stream_destroy(stream->bstream);
+  }
+  stream->magic = 0;
+  free(stream);
+  return rc;
+}

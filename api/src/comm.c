@@ -1,0 +1,541 @@
+/* Communicators: unique ids, init/split/finalize/destroy/abort, queries, errors. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "generic/generic.h"
+#include "ul_core.h"
+
+/* Layout of ul_unique_id_t: a 64-byte core header, then the backend payload. */
+#define UL__ID_MAGIC 0x44494c55u /* "ULID" */
+#define UL__ID_VERSION 1u
+typedef struct ul__id_layout {
+  uint32_t magic;
+  uint32_t version;
+  char backend[24];
+  char options[28];
+  uint32_t reserved;
+  unsigned char payload[UL_BACKEND_ID_PAYLOAD_BYTES];
+} ul__id_layout_t;
+_Static_assert(sizeof(ul__id_layout_t) == UL_UNIQUE_ID_BYTES, "unique id layout");
+
+bool ul__comm_valid(ul_comm_t comm) { return comm != NULL && comm->magic == UL__COMM_MAGIC; }
+
+static void comm_lock(ul_comm_t c) { pthread_mutex_lock((pthread_mutex_t *)c->lock); }
+static void comm_unlock(ul_comm_t c) { pthread_mutex_unlock((pthread_mutex_t *)c->lock); }
+
+static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *fmt, va_list ap) {
+  char buf[512];
+  ul__vformat_error(buf, sizeof buf, fmt, ap);
+  if (!ul__comm_valid(comm)) return ul__set_thread_error(rc, "%s", buf);
+  comm_lock(comm);
+  snprintf(comm->last_error, sizeof comm->last_error, "rank %d/%d (%s): %s [%s]", comm->rank,
+           comm->nranks, comm->backend->ops.name, buf, ul_result_name(rc));
+  comm_unlock(comm);
+  ul__set_thread_error(rc, "%s", comm->last_error);
+  if (rc != UL_OK) UL_INFO("ERROR", "%s", comm->last_error);
+  return rc;
+}
+
+ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ul_result_t r = comm_vset_error(comm, rc, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+UL_API ul_result_t ul_backend_set_error(ul_comm_t comm, ul_result_t result, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ul_result_t r = comm_vset_error(comm, result, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+UL_API const char *ul_comm_last_error(ul_comm_t comm) {
+  if (comm == NULL) return ul_last_error();
+  if (!ul__comm_valid(comm)) return "invalid communicator handle";
+  return comm->last_error;
+}
+
+/* Split "sim:dgx-h100" into name and options. */
+static ul_result_t split_backend_name(const char *full, char *name, size_t nlen, char *opts,
+                                      size_t olen) {
+  name[0] = opts[0] = '\0';
+  if (full == NULL || full[0] == '\0') return UL_OK;
+  const char *colon = strchr(full, ':');
+  size_t n = colon ? (size_t)(colon - full) : strlen(full);
+  if (n >= nlen)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "backend name '%s' is too long (max %zu)",
+                                full, nlen - 1);
+  memcpy(name, full, n);
+  name[n] = '\0';
+  if (colon) {
+    if (strlen(colon + 1) >= olen)
+      return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                  "backend options '%s' are too long (max %zu characters)",
+                                  colon + 1, olen - 1);
+    strcpy(opts, colon + 1);
+  }
+  return UL_OK;
+}
+
+static ul_result_t find_backend(const char *name, ul__backend_t **be) {
+  ul_result_t rc = ul__registry_find(name[0] ? name : NULL, be);
+  if (rc != UL_OK) return rc;
+  return UL_OK;
+}
+
+UL_API ul_result_t ul_get_unique_id(const char *backend, ul_unique_id_t *id) {
+  if (id == NULL) return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_get_unique_id: id is NULL");
+  char name[24], opts[28];
+  const char *requested = backend;
+  if (requested == NULL || requested[0] == '\0')
+    requested = ul__param_str("BACKEND", "auto", "backend used when the config names none");
+  if (strcmp(requested, "auto") == 0) requested = "";
+  UL_CHECK(split_backend_name(requested, name, sizeof name, opts, sizeof opts));
+  ul__backend_t *be = NULL;
+  UL_CHECK(find_backend(name, &be));
+  ul__id_layout_t lay;
+  memset(&lay, 0, sizeof lay);
+  lay.magic = UL__ID_MAGIC;
+  lay.version = UL__ID_VERSION;
+  snprintf(lay.backend, sizeof lay.backend, "%s", be->ops.name);
+  snprintf(lay.options, sizeof lay.options, "%s", opts);
+  ul_result_t rc = be->ops.get_unique_id(lay.payload, sizeof lay.payload);
+  if (rc != UL_OK) {
+    if (ul_last_error()[0] == '\0')
+      ul__set_thread_error(rc, "backend %s could not create a unique id", be->ops.name);
+    return rc;
+  }
+  memcpy(id->internal, &lay, sizeof lay);
+  UL_INFO("INIT", "unique id created for backend %s%s%s", be->ops.name, opts[0] ? ":" : "", opts);
+  return UL_OK;
+}
+
+static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank, int nranks) {
+  ul_comm_t c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  pthread_mutex_t *m = malloc(sizeof *m);
+  if (!m) {
+    free(c);
+    return NULL;
+  }
+  pthread_mutex_init(m, NULL);
+  c->lock = m;
+  c->turn = ul__turn_create();
+  if (!c->turn) {
+    pthread_mutex_destroy(m);
+    free(m);
+    free(c);
+    return NULL;
+  }
+  c->magic = UL__COMM_MAGIC;
+  c->backend = be;
+  c->config = *cfg;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->device = cfg->device;
+  c->props.struct_size = sizeof c->props;
+  return c;
+}
+
+static void comm_free(ul_comm_t c) {
+  if (!c) return;
+  c->magic = 0;
+  pthread_mutex_destroy((pthread_mutex_t *)c->lock);
+  free(c->lock);
+  ul__turn_destroy(c->turn);
+  free(c);
+}
+
+static void fill_args(ul_backend_comm_args_t *a, ul_comm_t c, const unsigned char *payload,
+                      const char *options) {
+  memset(a, 0, sizeof *a);
+  a->struct_size = sizeof *a;
+  a->comm = c;
+  a->rank = c->rank;
+  a->nranks = c->nranks;
+  a->device = c->config.device;
+  a->id_payload = payload;
+  a->id_payload_bytes = UL_BACKEND_ID_PAYLOAD_BYTES;
+  a->timeout_ms = c->config.timeout_ms;
+  a->abort_flag = &c->abort_flag;
+  a->name = c->config.name[0] ? c->config.name : NULL;
+  a->options = options ? options : "";
+}
+
+/* After the backend communicator exists: the generic layer's resources. */
+static ul_result_t comm_finish_setup(ul_comm_t c) {
+  if (c->props.struct_size == 0) c->props.struct_size = sizeof c->props;
+  if (c->props.path[0] == '\0') snprintf(c->props.path, sizeof c->props.path, "%s", "default");
+  return ul__generic_init(c);
+}
+
+UL_API ul_result_t ul_comm_init_rank(ul_comm_t *comm, const ul_config_t *config, int nranks,
+                                     ul_unique_id_t id, int rank) {
+  if (comm == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_init_rank: comm is NULL");
+  *comm = NULL;
+  if (nranks < 1)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_init_rank: nranks is %d (must be >= 1)",
+                                nranks);
+  if (rank < 0 || rank >= nranks)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_comm_init_rank: rank %d is outside [0, %d)", rank, nranks);
+  ul__config_t cfg;
+  UL_CHECK(ul__config_resolve(config, &cfg));
+  ul__id_layout_t lay;
+  memcpy(&lay, id.internal, sizeof lay);
+  if (lay.magic != UL__ID_MAGIC || lay.version != UL__ID_VERSION ||
+      memchr(lay.backend, '\0', sizeof lay.backend) == NULL ||
+      memchr(lay.options, '\0', sizeof lay.options) == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_comm_init_rank: the unique id is not one from ul_get_unique_id "
+                                "(bad magic/version)");
+  if (config != NULL && cfg.backend[0] && strcmp(cfg.backend, "auto") != 0) {
+    char name[24], opts[28];
+    UL_CHECK(split_backend_name(cfg.backend, name, sizeof name, opts, sizeof opts));
+    if (config->struct_size >= offsetof(ul_config_t, backend) + sizeof(char *) &&
+        config->backend != NULL && strcmp(name, lay.backend) != 0)
+      return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                  "ul_comm_init_rank: config asks for backend '%s' but the unique "
+                                  "id was made for '%s'",
+                                  name, lay.backend);
+  }
+  ul__backend_t *be = NULL;
+  UL_CHECK(find_backend(lay.backend, &be));
+  ul_comm_t c = comm_alloc(be, &cfg, rank, nranks);
+  if (!c) return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_rank: out of memory");
+  ul_backend_comm_args_t args;
+  fill_args(&args, c, lay.payload, lay.options);
+  ul_result_t rc = be->ops.comm_init(&args, &c->bcomm, &c->props);
+  if (rc != UL_OK) {
+    if (c->last_error[0]) ul__set_thread_error(rc, "%s", c->last_error);
+    else ul__set_thread_error(rc, "backend %s: comm_init of rank %d/%d failed", be->ops.name, rank,
+                              nranks);
+    comm_free(c);
+    return rc;
+  }
+  rc = comm_finish_setup(c);
+  if (rc != UL_OK) {
+    ul__set_thread_error(rc, "%s", c->last_error[0] ? c->last_error : "generic layer setup failed");
+    be->ops.comm_abort(c->bcomm);
+    be->ops.comm_destroy(c->bcomm);
+    comm_free(c);
+    return rc;
+  }
+  UL_INFO("INIT", "rank %d/%d joined on backend %s (path %s)", rank, nranks, be->ops.name,
+          c->props.path);
+  *comm = c;
+  return UL_OK;
+}
+
+typedef struct init_all_job {
+  ul_comm_t c;
+  ul_result_t rc;
+} init_all_job_t;
+
+static void *generic_setup_thread(void *arg) {
+  init_all_job_t *j = arg;
+  j->rc = comm_finish_setup(j->c);
+  return NULL;
+}
+
+UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config, int ndev,
+                                    const int *devlist) {
+  if (comms == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_init_all: comms is NULL");
+  if (ndev < 1)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_init_all: ndev is %d (must be >= 1)",
+                                ndev);
+  ul__config_t cfg;
+  UL_CHECK(ul__config_resolve(config, &cfg));
+  char name[24], opts[28];
+  UL_CHECK(split_backend_name(strcmp(cfg.backend, "auto") == 0 ? "" : cfg.backend, name,
+                              sizeof name, opts, sizeof opts));
+  ul__backend_t *be = NULL;
+  UL_CHECK(find_backend(name, &be));
+  if (ul__op_is_stub((const void *)be->ops.comm_init_all))
+    return ul__set_thread_error(UL_ERR_UNSUPPORTED,
+                                "backend %s does not support ul_comm_init_all", be->ops.name);
+  for (int i = 0; i < ndev; i++) comms[i] = NULL;
+  ul_comm_t *cs = calloc((size_t)ndev, sizeof *cs);
+  ul_backend_comm_args_t *args = calloc((size_t)ndev, sizeof *args);
+  ul_backend_comm_t **bcs = calloc((size_t)ndev, sizeof *bcs);
+  ul_backend_comm_props_t *props = calloc((size_t)ndev, sizeof *props);
+  init_all_job_t *jobs = calloc((size_t)ndev, sizeof *jobs);
+  pthread_t *th = calloc((size_t)ndev, sizeof *th);
+  unsigned char payload[UL_BACKEND_ID_PAYLOAD_BYTES] = {0};
+  ul_result_t rc = UL_OK;
+  if (!cs || !args || !bcs || !props || !jobs || !th) {
+    rc = ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_all: out of memory");
+    goto out;
+  }
+  for (int i = 0; i < ndev; i++) {
+    ul__config_t ci = cfg;
+    ci.device = devlist ? devlist[i] : (cfg.device == UL_CONFIG_UNDEF ? i : cfg.device + i);
+    cs[i] = comm_alloc(be, &ci, i, ndev);
+    if (!cs[i]) {
+      rc = ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_all: out of memory");
+      goto out;
+    }
+    fill_args(&args[i], cs[i], payload, opts);
+    props[i].struct_size = sizeof props[i];
+  }
+  rc = be->ops.comm_init_all(args, ndev, bcs, props);
+  if (rc != UL_OK) {
+    if (cs[0]->last_error[0]) ul__set_thread_error(rc, "%s", cs[0]->last_error);
+    goto out;
+  }
+  for (int i = 0; i < ndev; i++) {
+    cs[i]->bcomm = bcs[i];
+    cs[i]->props = props[i];
+  }
+  /* Generic setup is collective (window registration): one thread per rank. */
+  for (int i = 0; i < ndev; i++) {
+    jobs[i].c = cs[i];
+    if (pthread_create(&th[i], NULL, generic_setup_thread, &jobs[i]) != 0) {
+      jobs[i].rc = UL_ERR_SYSTEM;
+      th[i] = 0;
+    }
+  }
+  for (int i = 0; i < ndev; i++)
+    if (th[i]) pthread_join(th[i], NULL);
+  for (int i = 0; i < ndev; i++)
+    if (jobs[i].rc != UL_OK && rc == UL_OK) {
+      rc = jobs[i].rc;
+      ul__set_thread_error(rc, "%s", cs[i]->last_error);
+    }
+  if (rc != UL_OK) {
+    for (int i = 0; i < ndev; i++) be->ops.comm_abort(bcs[i]);
+    for (int i = 0; i < ndev; i++) {
+      ul__generic_fini(cs[i]);
+      be->ops.comm_destroy(bcs[i]);
+    }
+    goto out;
+  }
+  for (int i = 0; i < ndev; i++) {
+    comms[i] = cs[i];
+    cs[i] = NULL;
+  }
+out:
+  if (cs)
+    for (int i = 0; i < ndev; i++) comm_free(cs[i]);
+  free(cs);
+  free(args);
+  free(bcs);
+  free(props);
+  free(jobs);
+  free(th);
+  return rc;
+}
+
+/* ------------------------------------------------------------------ split */
+
+typedef struct split_entry {
+  int32_t color, key, rank, pad;
+} split_entry_t;
+
+static int split_cmp(const void *a, const void *b) {
+  const split_entry_t *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->rank < y->rank ? -1 : (x->rank > y->rank);
+}
+
+UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *newcomm,
+                                 const ul_config_t *config) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_split: comm is NULL or invalid");
+  if (newcomm == NULL)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_split: newcomm is NULL");
+  if (color < UL_SPLIT_NOCOLOR)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
+                              "ul_comm_split: color %d is negative (only UL_SPLIT_NOCOLOR = -1 "
+                              "is allowed)",
+                              color);
+  *newcomm = NULL;
+  if (comm->sticky != UL_OK)
+    return ul__comm_set_error(comm, comm->sticky, "ul_comm_split: communicator is in error state");
+  ul__config_t cfg = comm->config;
+  if (config) UL_CHECK(ul__config_resolve(config, &cfg));
+  int n = comm->nranks;
+  /* Everyone learns everyone's (color, key) through an allgather on the parent. */
+  split_entry_t mine = {color, key, comm->rank, 0};
+  split_entry_t *all = calloc((size_t)n, sizeof *all);
+  if (!all) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_split: out of memory");
+  ul_result_t rc = ul_allgather(&mine, all, sizeof mine, UL_UINT8, comm, NULL);
+  if (rc != UL_OK) {
+    free(all);
+    return rc;
+  }
+  int m = 0;
+  split_entry_t *grp = calloc((size_t)n, sizeof *grp);
+  if (!grp) {
+    free(all);
+    return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_split: out of memory");
+  }
+  for (int i = 0; i < n; i++)
+    if (all[i].color == color && color != UL_SPLIT_NOCOLOR) grp[m++] = all[i];
+  qsort(grp, (size_t)m, sizeof *grp, split_cmp);
+  int newrank = -1;
+  for (int i = 0; i < m; i++)
+    if (grp[i].rank == comm->rank) newrank = i;
+  /* Leader of each color (lowest parent rank) makes a unique id; every leader's id is
+   * shared with all parent ranks, each takes its color's. */
+  ul_unique_id_t *ids = calloc((size_t)n, sizeof *ids);
+  ul_unique_id_t myid;
+  memset(&myid, 0, sizeof myid);
+  int leader = -1;
+  for (int i = 0; i < n && color != UL_SPLIT_NOCOLOR; i++)
+    if (all[i].color == color) {
+      leader = i;
+      break;
+    }
+  ul_result_t idrc = UL_OK;
+  if (leader == comm->rank) {
+    char full[64];
+    snprintf(full, sizeof full, "%s", comm->backend->ops.name);
+    idrc = ul_get_unique_id(full, &myid);
+  }
+  rc = ids ? ul_allgather(&myid, ids, sizeof myid, UL_UINT8, comm, NULL) : UL_ERR_NO_MEMORY;
+  if (rc == UL_OK && idrc != UL_OK) rc = idrc;
+  if (rc == UL_OK && color != UL_SPLIT_NOCOLOR) {
+    ul__id_layout_t lay;
+    memcpy(&lay, ids[leader].internal, sizeof lay);
+    /* Keep the parent's backend options (e.g. the sim topology). */
+    memcpy(&lay, ids[leader].internal, sizeof lay);
+    ul_unique_id_t childid;
+    memcpy(childid.internal, &lay, sizeof lay);
+    ul_config_t pub = UL_CONFIG_INIT;
+    pub.timeout_ms = cfg.timeout_ms;
+    pub.check = cfg.check;
+    if (cfg.device != UL_CONFIG_UNDEF) pub.device = cfg.device;
+    rc = ul_comm_init_rank(newcomm, &pub, m, childid, newrank);
+  }
+  free(ids);
+  free(grp);
+  free(all);
+  if (rc != UL_OK && ul__comm_valid(comm) && comm->last_error[0] == '\0')
+    ul__comm_set_error(comm, rc, "ul_comm_split failed: %s", ul_last_error());
+  return rc;
+}
+
+/* --------------------------------------------------------------- teardown */
+
+UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_finalize: comm is NULL or invalid");
+  if (comm->sticky != UL_OK) return comm->sticky;
+  ul_result_t rc = comm->backend->ops.comm_finalize(comm->bcomm);
+  if (rc == UL_ERR_UNSUPPORTED) rc = UL_OK; /* nothing to flush */
+  return rc;
+}
+
+UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
+  if (comm == NULL) return UL_OK;
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
+  ul__generic_fini(comm);
+  comm->backend->ops.comm_destroy(comm->bcomm);
+  comm_free(comm);
+  return UL_OK;
+}
+
+UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_abort: comm is NULL or invalid");
+  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  comm->backend->ops.comm_abort(comm->bcomm);
+  /* Threads blocked in this comm see the flag within one wait slice; let them leave
+   * before freeing (bounded: never wait for peers). */
+  struct timespec ts = {0, 1000000};
+  for (int i = 0; i < 2000 && __atomic_load_n(&comm->in_flight, __ATOMIC_SEQ_CST) > 0; i++)
+    nanosleep(&ts, NULL);
+  if (__atomic_load_n(&comm->in_flight, __ATOMIC_SEQ_CST) > 0) {
+    /* A thread is still inside the backend: leak rather than free under it. */
+    UL_WARN("INIT", "ul_comm_abort: a thread is still inside a call; communicator leaked");
+    comm->sticky = UL_ERR_ABORTED;
+    return UL_OK;
+  }
+  ul__generic_fini(comm);
+  comm->backend->ops.comm_destroy(comm->bcomm);
+  comm_free(comm);
+  return UL_OK;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+#define COMM_QUERY(fn, T, expr)                                                                  \
+  UL_API ul_result_t fn(ul_comm_t comm, T *out) {                                                \
+    if (!ul__comm_valid(comm))                                                                   \
+      return ul__set_thread_error(UL_ERR_INVALID_ARG, #fn ": comm is NULL or invalid");          \
+    if (out == NULL) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, #fn ": output is NULL"); \
+    *out = (expr);                                                                               \
+    return UL_OK;                                                                                \
+  }
+COMM_QUERY(ul_comm_rank, int, comm->rank)
+COMM_QUERY(ul_comm_size, int, comm->nranks)
+COMM_QUERY(ul_comm_device, int, comm->device == UL_CONFIG_UNDEF ? -1 : comm->device)
+COMM_QUERY(ul_comm_backend, const char *, comm->backend->ops.name)
+
+UL_API ul_result_t ul_comm_get_error(ul_comm_t comm) {
+  if (!ul__comm_valid(comm)) return UL_ERR_INVALID_ARG;
+  return comm->sticky;
+}
+
+UL_API ul_result_t ul_comm_topology(ul_comm_t comm, ul_link_info_t *links, int nlinks) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_topology: comm is NULL or invalid");
+  if (links == NULL)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_topology: links is NULL");
+  if (nlinks < comm->nranks)
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
+                              "ul_comm_topology: nlinks is %d but the communicator has %d ranks",
+                              nlinks, comm->nranks);
+  for (int p = 0; p < comm->nranks; p++) {
+    ul_link_info_t li;
+    memset(&li, 0, sizeof li);
+    li.peer = p;
+    ul_result_t rc = comm->backend->ops.comm_topology(comm->bcomm, p, &li);
+    if (rc != UL_OK) {
+      memset(&li, 0, sizeof li);
+      li.kind = p == comm->rank ? UL_LINK_SELF : UL_LINK_UNKNOWN;
+      snprintf(li.description, sizeof li.description, "%s",
+               p == comm->rank ? "self" : "unknown (backend does not report links)");
+    }
+    li.peer = p;
+    links[p] = li;
+  }
+  return UL_OK;
+}
+
+UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
+  if (!ul__comm_valid(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_last_call: comm is NULL or invalid");
+  if (info == NULL || info->struct_size < offsetof(ul_call_info_t, reason))
+    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
+                              "ul_comm_last_call: info is NULL or its struct_size is too small");
+  size_t sz = info->struct_size < sizeof(ul_call_info_t) ? info->struct_size : sizeof(ul_call_info_t);
+  comm_lock(comm);
+  if (comm->last_call.sequence == 0) {
+    comm_unlock(comm);
+    return UL_ERR_NOT_FOUND;
+  }
+  ul_call_info_t copy = comm->last_call;
+  comm_unlock(comm);
+  copy.struct_size = sz;
+  memcpy(info, &copy, sz);
+  return UL_OK;
+}
+
+void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info) {
+  comm_lock(comm);
+  comm->last_call = *info;
+  comm_unlock(comm);
+}

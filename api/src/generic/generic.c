@@ -1,0 +1,371 @@
+/* Generic layer plumbing: the scratch window, flow-controlled channels between ranks,
+ * barriers and pointer publication for direct algorithms.
+ *
+ * Scratch layout on every rank:
+ *   [mailbox: 64 B, this rank's published buffer pointers (direct algorithms)]
+ *   [slots: nranks x slot_bytes; slot j receives chunks from rank j, NBUF buffers each]
+ *   [work: chunk_bytes, local accumulator]
+ * Signal indices of the scratch window (counters only grow; state below tracks them):
+ *   DATA(j) = j        chunk from rank j landed in my slot j
+ *   CREDIT(j) = n + j  rank j released a buffer of its slot for me
+ *   SYNC(j) = 2n + j   barrier arrivals of rank j
+ */
+#define _GNU_SOURCE
+#include "generic.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "generic_internal.h"
+
+int ul__generic_available(ul_comm_t comm) { return comm->generic != NULL; }
+
+ul_result_t ul__generic_init(ul_comm_t comm) {
+  comm->generic = NULL;
+  const ul_backend_ops_t *o = &comm->backend->ops;
+  if (!(comm->backend->caps.features & UL_FEATURE_GENERIC_COLL) &&
+      ul__op_is_stub((const void *)o->window_register))
+    return UL_OK;
+  if (ul__op_is_stub((const void *)o->window_register) || ul__op_is_stub((const void *)o->put) ||
+      ul__op_is_stub((const void *)o->signal) || ul__op_is_stub((const void *)o->wait_signal) ||
+      ul__op_is_stub((const void *)o->mem_alloc))
+    return UL_OK; /* native-only backend: no generic layer */
+  int n = comm->nranks;
+  ul__generic_t *g = calloc(1, sizeof *g);
+  if (!g) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
+  g->comm = comm;
+  g->n = n;
+  g->me = comm->rank;
+  size_t chunk = (size_t)ul__param_int("CHUNK_BYTES", 256 * 1024,
+                                       "bytes per pipelined chunk of the generic algorithms");
+  if (chunk < 4096) chunk = 4096;
+  /* Keep scratch bounded for many ranks: at most ~8 MiB of slots per rank. */
+  while (chunk > 16384 && (size_t)n * UL__NBUF * chunk > ((size_t)8 << 20)) chunk /= 2;
+  chunk &= ~(size_t)63;
+  g->chunk_bytes = chunk;
+  g->slot_bytes = UL__NBUF * chunk;
+  g->slots_off = 64;
+  g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
+  g->scratch_size = g->work_off + chunk;
+  g->sent = calloc((size_t)n, sizeof *g->sent);
+  g->recvd = calloc((size_t)n, sizeof *g->recvd);
+  g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
+  if (!g->sent || !g->recvd || !g->peer_bases) {
+    ul__generic_fini_state(g);
+    return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
+  }
+  ul_result_t rc = o->mem_alloc(comm->bcomm, g->scratch_size, &g->scratch);
+  if (rc != UL_OK) {
+    ul__generic_fini_state(g);
+    if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
+    return rc;
+  }
+  rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, 3 * n + 16, &g->win,
+                          g->peer_bases);
+  if (rc != UL_OK) {
+    o->mem_free(comm->bcomm, g->scratch);
+    g->scratch = NULL;
+    ul__generic_fini_state(g);
+    if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
+    return rc;
+  }
+  g->load_store = comm->props.load_store_peers;
+  if (g->load_store)
+    for (int p = 0; p < n; p++)
+      if (g->peer_bases[p] == NULL) g->load_store = 0;
+  g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
+  comm->generic = g;
+  UL_INFO("INIT", "generic layer: chunk %zu B, scratch %zu B/rank, direct %s", g->chunk_bytes,
+          g->scratch_size, g->load_store ? "yes" : "no");
+  return UL_OK;
+}
+
+void ul__generic_fini_state(ul__generic_t *g) {
+  if (!g) return;
+  free(g->sent);
+  free(g->recvd);
+  free(g->peer_bases);
+  free(g);
+}
+
+void ul__generic_fini(ul_comm_t comm) {
+  ul__generic_t *g = comm->generic;
+  if (!g) return;
+  const ul_backend_ops_t *o = &comm->backend->ops;
+  /* Deregistration is collective; after an abort or error peers may be gone, so only
+   * the local resources are released then (the backend frees the rest at destroy). */
+  if (g->win && comm->sticky == UL_OK && !comm->abort_flag)
+    o->window_deregister(comm->bcomm, g->win);
+  if (g->scratch) o->mem_free(comm->bcomm, g->scratch);
+  comm->generic = NULL;
+  ul__generic_fini_state(g);
+}
+
+/* ------------------------------------------------------------------ waits */
+
+/* Wait for a local signal; on failure, name the peer and the operation. */
+ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, idx, value, bs);
+  if (rc == UL_OK) return UL_OK;
+  const char *opname = g->opname ? g->opname : "operation";
+  if (rc == UL_ERR_TIMEOUT)
+    return ul__comm_set_error(c, rc,
+                              "%s #%llu timed out after %d ms: rank %d had not arrived (waited "
+                              "for its signal %d to reach %llu)",
+                              opname, (unsigned long long)g->seq, c->config.timeout_ms, peer, idx,
+                              (unsigned long long)value);
+  if (rc == UL_ERR_ABORTED)
+    return ul__comm_set_error(c, rc, "%s #%llu: communicator aborted while waiting for rank %d",
+                              opname, (unsigned long long)g->seq, peer);
+  if (rc == UL_ERR_PEER_LOST) {
+    char prev[512];
+    snprintf(prev, sizeof prev, "%s", c->last_error);
+    return ul__comm_set_error(c, rc, "%s #%llu: rank %d lost while waiting for it (%s)", opname,
+                              (unsigned long long)g->seq, peer, prev);
+  }
+  return rc;
+}
+
+/* --------------------------------------------------------------- channels */
+
+size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no) {
+  return g->slots_off + (size_t)src * g->slot_bytes + (size_t)(chunk_no % UL__NBUF) * g->chunk_bytes;
+}
+
+ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
+                        ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  uint64_t k = g->sent[dst];
+  if (k >= UL__NBUF) UL_CHECK(ul__gwait(g, UL__SIG_CREDIT(g, dst), k - UL__NBUF + 1, dst, bs));
+  if (bytes) UL_CHECK(c->backend->ops.put(c->bcomm, g->win, dst, ul__slot_offset(g, g->me, k), src, bytes, bs));
+  UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, dst, UL__SIG_DATA(g, g->me), bs));
+  g->sent[dst] = k + 1;
+  return UL_OK;
+}
+
+ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr, ul_backend_stream_t *bs) {
+  uint64_t k = g->recvd[src];
+  UL_CHECK(ul__gwait(g, UL__SIG_DATA(g, src), k + 1, src, bs));
+  *ptr = (char *)g->scratch + ul__slot_offset(g, src, k);
+  return UL_OK;
+}
+
+ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, src, UL__SIG_CREDIT(g, g->me), bs));
+  g->recvd[src]++;
+  return UL_OK;
+}
+
+/* --------------------------------------------------------------- barriers */
+
+ul_result_t ul__generic_barrier(ul_comm_t comm, ul_backend_stream_t *bs, const char *what) {
+  ul__generic_t *g = comm->generic;
+  if (!g) return UL_ERR_UNSUPPORTED;
+  if (g->n == 1) return UL_OK;
+  if (what) g->opname = what;
+  ul_comm_t c = comm;
+  uint64_t epoch = ++g->sync_epoch;
+  for (int i = 1; i < g->n; i++) {
+    int p = (g->me + i) % g->n;
+    UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, p, UL__SIG_SYNC(g, g->me), bs));
+  }
+  for (int i = 1; i < g->n; i++) {
+    int p = (g->me + g->n - i) % g->n;
+    ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, UL__SIG_SYNC(g, p), epoch, bs);
+    if (rc == UL_ERR_TIMEOUT && g->can_poll) {
+      /* Name every rank that has not arrived, not just the first one we waited for. */
+      char list[256] = "";
+      size_t len = 0;
+      int missing = 0;
+      for (int q = 0; q < g->n; q++) {
+        if (q == g->me) continue;
+        uint64_t v = 0;
+        if (c->backend->ops.read_signal(c->bcomm, g->win, UL__SIG_SYNC(g, q), &v) == UL_OK &&
+            v < epoch) {
+          missing++;
+          if (len < sizeof list - 8) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", missing > 1 ? "," : "", q);
+        }
+      }
+      return ul__comm_set_error(c, rc,
+                                "%s #%llu timed out after %d ms: %d rank(s) had not arrived: %s",
+                                g->opname ? g->opname : "barrier", (unsigned long long)g->seq,
+                                c->config.timeout_ms, missing, list[0] ? list : "?");
+    }
+    if (rc != UL_OK) {
+      g->opname = g->opname ? g->opname : "barrier";
+      /* reuse gwait's sentences for abort/peer loss */
+      return ul__gwait(g, UL__SIG_SYNC(g, p), epoch, p, bs);
+    }
+  }
+  return UL_OK;
+}
+
+/* Publish this rank's buffers for direct algorithms and wait until all have. */
+ul_result_t ul__publish(ul__generic_t *g, const void *send, void *recv, ul_backend_stream_t *bs) {
+  ul__mailbox_t *mb = (ul__mailbox_t *)g->scratch;
+  mb->send = send;
+  mb->recv = recv;
+  mb->seq = g->seq;
+  return ul__generic_barrier(g->comm, bs, NULL);
+}
+
+const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p) {
+  return (const ul__mailbox_t *)g->peer_bases[p];
+}
+
+/* ------------------------------------------------------- point to point */
+
+static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *deadline,
+                            ul__p2p_op_t *ops, int nops, size_t *done) {
+  ul_comm_t c = g->comm;
+  if (__atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE))
+    return ul__comm_set_error(c, UL_ERR_ABORTED, "group #%llu: communicator aborted",
+                              (unsigned long long)g->seq);
+  (*spins)++;
+  if (*spins < 200) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return UL_OK;
+  }
+  if (*spins < 400) {
+    sched_yield();
+    return UL_OK;
+  }
+  struct timespec ts = {0, 50000};
+  nanosleep(&ts, NULL);
+  if (c->config.timeout_ms > 0 && (*spins & 63) == 0) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec > deadline->tv_sec ||
+        (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec)) {
+      char list[256] = "";
+      size_t len = 0;
+      for (int i = 0; i < nops && len < sizeof list - 24; i++)
+        if (done[i] < ops[i].bytes || (ops[i].bytes == 0 && done[i] == 0))
+          len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %d", len ? ", " : "",
+                                  ops[i].is_send ? "send to" : "recv from", ops[i].peer);
+      return ul__comm_set_error(c, UL_ERR_TIMEOUT,
+                                "group #%llu timed out after %d ms; pending: %s (those ranks had "
+                                "not arrived)",
+                                (unsigned long long)g->seq, c->config.timeout_ms, list);
+    }
+  }
+  return UL_OK;
+}
+
+ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_backend_stream_t *bs) {
+  ul__generic_t *g = comm->generic;
+  if (!g) return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED, "send/recv not supported by backend %s",
+                                    comm->backend->ops.name);
+  const ul_backend_ops_t *o = &comm->backend->ops;
+  g->opname = "group";
+  size_t *done = calloc((size_t)nops + 1, sizeof *done);
+  if (!done) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "group: out of memory");
+  ul_result_t rc = UL_OK;
+  /* Self sends pair with self receives in order: a local copy. */
+  int si = 0, ri = 0;
+  for (;;) {
+    while (si < nops && !(ops[si].is_send && ops[si].peer == g->me)) si++;
+    while (ri < nops && !(!ops[ri].is_send && ops[ri].peer == g->me)) ri++;
+    if (si >= nops || ri >= nops) break;
+    if (ops[si].bytes != ops[ri].bytes) {
+      rc = ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
+                              "group: send to self of %zu bytes matched with a receive from self "
+                              "of %zu bytes",
+                              ops[si].bytes, ops[ri].bytes);
+      goto out;
+    }
+    if (ops[si].bytes) UL_CHECK_GOTO(o->copy_local(comm->bcomm, ops[ri].buf, ops[si].buf, ops[si].bytes, bs), rc, out);
+    done[si] = done[ri] = ops[si].bytes ? ops[si].bytes : 1;
+    si++;
+    ri++;
+  }
+  for (int i = 0; i < nops; i++)
+    if (ops[i].peer == g->me && !done[i]) {
+      rc = ul__comm_set_error(comm, UL_ERR_INVALID_USAGE, "group: %s self has no matching %s",
+                              ops[i].is_send ? "send to" : "receive from",
+                              ops[i].is_send ? "receive" : "send");
+      goto out;
+    }
+  /* Zero-byte operations are complete by definition (both sides skip them). */
+  for (int i = 0; i < nops; i++)
+    if (ops[i].bytes == 0 && !done[i]) done[i] = 1;
+  if (!g->can_poll) {
+    /* No way to test signals: blocking order, sends first (bounded by NBUF chunks). */
+    for (int i = 0; i < nops; i++) {
+      if (done[i]) continue;
+      for (size_t off = 0; off < ops[i].bytes; off += g->chunk_bytes) {
+        size_t len = ops[i].bytes - off < g->chunk_bytes ? ops[i].bytes - off : g->chunk_bytes;
+        if (ops[i].is_send) {
+          UL_CHECK_GOTO(ul__ch_send(g, ops[i].peer, (char *)ops[i].buf + off, len, bs), rc, out);
+        } else {
+          void *p;
+          UL_CHECK_GOTO(ul__ch_recv_begin(g, ops[i].peer, &p, bs), rc, out);
+          UL_CHECK_GOTO(o->copy_local(comm->bcomm, (char *)ops[i].buf + off, p, len, bs), rc, out);
+          UL_CHECK_GOTO(ul__ch_recv_end(g, ops[i].peer, bs), rc, out);
+        }
+      }
+      done[i] = ops[i].bytes;
+    }
+    goto out;
+  }
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += comm->config.timeout_ms / 1000;
+  deadline.tv_nsec += (long)(comm->config.timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  unsigned spins = 0;
+  for (;;) {
+    int pending = 0, progress = 0;
+    for (int i = 0; i < nops; i++) {
+      if (done[i] >= ops[i].bytes && done[i]) continue;
+      pending++;
+      /* Operations to one peer in one direction progress in issue order. */
+      int blocked = 0;
+      for (int j = 0; j < i; j++)
+        if (ops[j].peer == ops[i].peer && ops[j].is_send == ops[i].is_send &&
+            !(done[j] >= ops[j].bytes && done[j]))
+          blocked = 1;
+      if (blocked) continue;
+      size_t off = done[i];
+      size_t len = ops[i].bytes - off < g->chunk_bytes ? ops[i].bytes - off : g->chunk_bytes;
+      int peer = ops[i].peer;
+      if (ops[i].is_send) {
+        uint64_t k = g->sent[peer];
+        if (k >= UL__NBUF) {
+          uint64_t v = 0;
+          UL_CHECK_GOTO(o->read_signal(comm->bcomm, g->win, UL__SIG_CREDIT(g, peer), &v), rc, out);
+          if (v < k - UL__NBUF + 1) continue;
+        }
+        UL_CHECK_GOTO(ul__ch_send(g, peer, (char *)ops[i].buf + off, len, bs), rc, out);
+      } else {
+        uint64_t v = 0;
+        UL_CHECK_GOTO(o->read_signal(comm->bcomm, g->win, UL__SIG_DATA(g, peer), &v), rc, out);
+        if (v < g->recvd[peer] + 1) continue;
+        void *p = (char *)g->scratch + ul__slot_offset(g, peer, g->recvd[peer]);
+        UL_CHECK_GOTO(o->copy_local(comm->bcomm, (char *)ops[i].buf + off, p, len, bs), rc, out);
+        UL_CHECK_GOTO(ul__ch_recv_end(g, peer, bs), rc, out);
+      }
+      done[i] = off + len;
+      progress = 1;
+    }
+    if (!pending) break;
+    if (progress) {
+      spins = 0;
+      continue;
+    }
+    UL_CHECK_GOTO(p2p_idle(g, &spins, &deadline, ops, nops, done), rc, out);
+  }
+out:
+  free(done);
+  return rc;
+}

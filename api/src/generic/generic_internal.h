@@ -1,0 +1,47 @@
+/* Shared between the generic layer's files only. */
+#ifndef UL_GENERIC_INTERNAL_H
+#define UL_GENERIC_INTERNAL_H
+
+#include "generic.h"
+
+#define UL__NBUF 2 /* buffers per slot: chunk k+1 lands while chunk k is consumed */
+#define UL__SIG_DATA(g, j) (j)
+#define UL__SIG_CREDIT(g, j) ((g)->n + (j))
+#define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
+
+typedef struct ul__mailbox {
+  const void *send;
+  void *recv;
+  uint64_t seq;
+} ul__mailbox_t;
+
+typedef struct ul__generic {
+  ul_comm_t comm;
+  int n, me;
+  ul_backend_window_t *win;
+  void *scratch;
+  size_t scratch_size, slot_bytes, chunk_bytes, slots_off, work_off;
+  void **peer_bases;
+  uint64_t *sent;  /* chunks sent to each peer */
+  uint64_t *recvd; /* chunks consumed from each peer */
+  uint64_t sync_epoch;
+  int load_store; /* direct algorithms allowed */
+  int can_poll;   /* backend has read_signal */
+  uint64_t seq;   /* sequence number of the running operation */
+  const char *opname;
+} ul__generic_t;
+
+UL__HIDDEN void ul__generic_fini_state(ul__generic_t *g);
+UL__HIDDEN ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer,
+                                 ul_backend_stream_t *bs);
+UL__HIDDEN size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no);
+UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
+                                   ul_backend_stream_t *bs);
+UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
+                                         ul_backend_stream_t *bs);
+UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
+UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, void *recv,
+                                   ul_backend_stream_t *bs);
+UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
+
+#endif

@@ -1,0 +1,301 @@
+// UNILINK_TEST_LINK_SHARED
+/* Host backend end to end through the public API: every collective, send/recv and
+ * one-sided ops, for 1, 2, 3, 4 and 8 thread ranks and 2 and 4 process ranks,
+ * in place and out of place, odd counts and count 0, checked exactly. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <unilink/unilink.h>
+
+typedef int (*rank_fn)(ul_comm_t comm, int rank, int n);
+
+typedef struct job {
+  ul_unique_id_t id;
+  int n, rank;
+  rank_fn fn;
+} job_t;
+
+static void *thread_main(void *p) {
+  job_t *j = p;
+  ul_comm_t c;
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  ul_result_t rc = ul_comm_init_rank(&c, &cfg, j->n, j->id, j->rank);
+  if (rc != UL_OK) {
+    fprintf(stderr, "init rank %d: %s\n", j->rank, ul_last_error());
+    return (void *)1;
+  }
+  int bad = j->fn(c, j->rank, j->n);
+  ul_comm_destroy(c);
+  return (void *)(intptr_t)bad;
+}
+
+/* Runs fn on n thread ranks (process=0) or n forked process ranks; 0 = all passed. */
+static int run_ranks(int n, int process, rank_fn fn) {
+  job_t jobs[8];
+  ul_unique_id_t id;
+  cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "%s", ul_last_error());
+  int bad = 0;
+  if (!process) {
+    pthread_t th[8];
+    for (int r = 0; r < n; r++) {
+      jobs[r] = (job_t){id, n, r, fn};
+      pthread_create(&th[r], NULL, thread_main, &jobs[r]);
+    }
+    for (int r = 0; r < n; r++) {
+      void *ret;
+      pthread_join(th[r], &ret);
+      bad |= ret != NULL;
+    }
+  } else {
+    pid_t pids[8];
+    for (int r = 0; r < n; r++) {
+      pids[r] = fork();
+      if (pids[r] == 0) {
+        jobs[r] = (job_t){id, n, r, fn};
+        _exit(thread_main(&jobs[r]) ? 1 : 0);
+      }
+    }
+    for (int r = 0; r < n; r++) {
+      int st;
+      waitpid(pids[r], &st, 0);
+      bad |= !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+  }
+  return bad;
+}
+
+/* Exactly representable inputs: small integers. */
+static int32_t val(int rank, size_t i) { return (int32_t)((rank + 1) * 3 + (int)(i % 5)); }
+
+static const size_t counts[] = {0, 1, 7, 1023, 65537, 300001};
+#define NCOUNTS (sizeof counts / sizeof counts[0])
+
+#define CHECK(cond, ...)                                                                         \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, __VA_ARGS__);                                                              \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                                         \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+static int all_collectives(ul_comm_t c, int me, int n) {
+  for (size_t ci = 0; ci < NCOUNTS; ci++) {
+    size_t cnt = counts[ci];
+    for (int inplace = 0; inplace < 2; inplace++) {
+      size_t big = cnt * (size_t)n + 1;
+      int32_t *s = malloc(big * 4), *r = malloc(big * 4);
+      ul_result_t rc;
+      /* allreduce sum + max */
+      for (size_t i = 0; i < cnt; i++) s[i] = val(me, i), r[i] = -7;
+      rc = ul_allreduce(s, inplace ? s : r, cnt, UL_INT32, UL_SUM, c, NULL);
+      CHECK(rc == UL_OK, "allreduce: %s", ul_comm_last_error(c));
+      int32_t *out = inplace ? s : r;
+      for (size_t i = 0; i < cnt; i++) {
+        int32_t e = 0;
+        for (int k = 0; k < n; k++) e += val(k, i);
+        CHECK(out[i] == e, "allreduce n=%d cnt=%zu i=%zu got %d want %d", n, cnt, i, out[i], e);
+      }
+      for (size_t i = 0; i < cnt; i++) s[i] = val(me, i);
+      rc = ul_allreduce(s, inplace ? s : r, cnt, UL_INT32, UL_MAX, c, NULL);
+      CHECK(rc == UL_OK, "allreduce max: %s", ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) CHECK(out[i] == val(n - 1, i), "allreduce max i=%zu", i);
+      /* broadcast from the last rank */
+      int root = n - 1;
+      for (size_t i = 0; i < cnt; i++) s[i] = me == root ? val(me, i) : -1, r[i] = -1;
+      rc = ul_broadcast(s, inplace ? s : r, cnt, UL_INT32, root, c, NULL);
+      CHECK(rc == UL_OK, "broadcast: %s", ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) CHECK(out[i] == val(root, i), "broadcast i=%zu", i);
+      /* reduce to the middle rank */
+      root = n / 2;
+      for (size_t i = 0; i < cnt; i++) s[i] = val(me, i), r[i] = -1;
+      rc = ul_reduce(s, inplace ? s : r, cnt, UL_INT32, UL_SUM, root, c, NULL);
+      CHECK(rc == UL_OK, "reduce: %s", ul_comm_last_error(c));
+      if (me == root)
+        for (size_t i = 0; i < cnt; i++) {
+          int32_t e = 0;
+          for (int k = 0; k < n; k++) e += val(k, i);
+          CHECK(out[i] == e, "reduce i=%zu got %d want %d", i, out[i], e);
+        }
+      /* allgather */
+      for (size_t i = 0; i < cnt * (size_t)n; i++) r[i] = -1;
+      int32_t *agsend = inplace ? r + (size_t)me * cnt : s;
+      for (size_t i = 0; i < cnt; i++) agsend[i] = val(me, i);
+      rc = ul_allgather(agsend, r, cnt, UL_INT32, c, NULL);
+      CHECK(rc == UL_OK, "allgather: %s", ul_comm_last_error(c));
+      for (int k = 0; k < n; k++)
+        for (size_t i = 0; i < cnt; i++)
+          CHECK(r[(size_t)k * cnt + i] == val(k, i), "allgather block %d i=%zu", k, i);
+      /* reduce_scatter */
+      for (size_t i = 0; i < cnt * (size_t)n; i++) s[i] = val(me, i);
+      int32_t *rsrecv = inplace ? s + (size_t)me * cnt : r;
+      rc = ul_reduce_scatter(s, rsrecv, cnt, UL_INT32, UL_SUM, c, NULL);
+      CHECK(rc == UL_OK, "reduce_scatter: %s", ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) {
+        int32_t e = 0;
+        for (int k = 0; k < n; k++) e += val(k, (size_t)me * cnt + i);
+        CHECK(rsrecv[i] == e, "reduce_scatter i=%zu got %d want %d", i, rsrecv[i], e);
+      }
+      if (!inplace) {
+        /* alltoall: block j of rank k holds k*1000 + j*10 + i%10 */
+        for (int j = 0; j < n; j++)
+          for (size_t i = 0; i < cnt; i++) s[(size_t)j * cnt + i] = me * 1000 + j * 10 + (int)(i % 10);
+        rc = ul_alltoall(s, r, cnt, UL_INT32, c, NULL);
+        CHECK(rc == UL_OK, "alltoall: %s", ul_comm_last_error(c));
+        for (int k = 0; k < n; k++)
+          for (size_t i = 0; i < cnt; i++)
+            CHECK(r[(size_t)k * cnt + i] == k * 1000 + me * 10 + (int)(i % 10), "alltoall k=%d i=%zu", k, i);
+      }
+      /* gather to 0 */
+      root = 0;
+      for (size_t i = 0; i < cnt * (size_t)n; i++) r[i] = -1;
+      int32_t *gsend = (inplace && me == root) ? r + (size_t)root * cnt : s;
+      for (size_t i = 0; i < cnt; i++) gsend[i] = val(me, i);
+      rc = ul_gather(gsend, r, cnt, UL_INT32, root, c, NULL);
+      CHECK(rc == UL_OK, "gather: %s", ul_comm_last_error(c));
+      if (me == root)
+        for (int k = 0; k < n; k++)
+          for (size_t i = 0; i < cnt; i++) CHECK(r[(size_t)k * cnt + i] == val(k, i), "gather k=%d i=%zu", k, i);
+      /* scatter from the last rank */
+      root = n - 1;
+      for (size_t i = 0; i < cnt * (size_t)n; i++) s[i] = me == root ? val((int)(i / (cnt ? cnt : 1)), i % (cnt ? cnt : 1)) : -1;
+      int32_t *srecv = (inplace && me == root) ? s + (size_t)root * cnt : r;
+      rc = ul_scatter(s, srecv, cnt, UL_INT32, root, c, NULL);
+      CHECK(rc == UL_OK, "scatter: %s", ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) CHECK(srecv[i] == val(me, i), "scatter i=%zu", i);
+      CHECK(ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+      free(s);
+      free(r);
+    }
+  }
+  return 0;
+}
+
+static int float_avg(ul_comm_t c, int me, int n) {
+  size_t cnt = 4099;
+  float *s = malloc(cnt * 4), *r = malloc(cnt * 4);
+  for (size_t i = 0; i < cnt; i++) s[i] = (float)(n * (me + 1) * (int)(i % 3 + 1));
+  CHECK(ul_allreduce(s, r, cnt, UL_FP32, UL_AVG, c, NULL) == UL_OK, "avg: %s", ul_comm_last_error(c));
+  for (size_t i = 0; i < cnt; i++) {
+    float e = (float)((n + 1) * n / 2 * (int)(i % 3 + 1));
+    CHECK(r[i] == e, "avg i=%zu got %g want %g", i, r[i], e);
+  }
+  free(s);
+  free(r);
+  return 0;
+}
+
+static int sendrecv_patterns(ul_comm_t c, int me, int n) {
+  size_t cnt = 70001;
+  int32_t *out = malloc(cnt * 4 * (size_t)n), *in = malloc(cnt * 4 * (size_t)n);
+  /* all pairs, including self, in one group */
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++) out[(size_t)p * cnt + i] = me * 100000 + p * 1000 + (int)(i % 1000);
+  ul_group_start();
+  for (int p = 0; p < n; p++) {
+    ul_send(out + (size_t)p * cnt, cnt, UL_INT32, p, c, NULL);
+    ul_recv(in + (size_t)p * cnt, cnt, UL_INT32, p, c, NULL);
+  }
+  /* zero-byte send to the right neighbour */
+  ul_send(NULL, 0, UL_INT32, (me + 1) % n, c, NULL);
+  ul_recv(NULL, 0, UL_INT32, (me + n - 1) % n, c, NULL);
+  ul_result_t rc = ul_group_end();
+  CHECK(rc == UL_OK, "group: %s", ul_comm_last_error(c));
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++)
+      CHECK(in[(size_t)p * cnt + i] == p * 100000 + me * 1000 + (int)(i % 1000), "p2p from %d i=%zu", p, i);
+  free(out);
+  free(in);
+  return 0;
+}
+
+static int one_sided(ul_comm_t c, int me, int n) {
+  size_t bytes = 1 << 16;
+  unsigned char *mem;
+  CHECK(ul_mem_alloc(c, bytes, (void **)&mem) == UL_OK, "mem_alloc: %s", ul_comm_last_error(c));
+  memset(mem, 0, bytes);
+  ul_window_t w;
+  CHECK(ul_window_register(c, mem, bytes, &w) == UL_OK, "window: %s", ul_comm_last_error(c));
+  int right = (me + 1) % n;
+  unsigned char msg[1000];
+  for (int i = 0; i < 1000; i++) msg[i] = (unsigned char)(me * 7 + i);
+  CHECK(ul_put(msg, sizeof msg, right, w, 128, NULL) == UL_OK, "put: %s", ul_comm_last_error(c));
+  CHECK(ul_signal(right, w, 3, NULL) == UL_OK, "signal: %s", ul_comm_last_error(c));
+  CHECK(ul_wait_signal(w, 3, 1, NULL) == UL_OK, "wait: %s", ul_comm_last_error(c));
+  int left = (me + n - 1) % n;
+  for (int i = 0; i < 1000; i++) CHECK(mem[128 + i] == (unsigned char)(left * 7 + i), "put data i=%d", i);
+  CHECK(ul_barrier(c, NULL) == UL_OK, "barrier before get"); /* left's data has landed */
+  unsigned char back[1000];
+  CHECK(ul_get(back, sizeof back, left, w, 128, NULL) == UL_OK, "get: %s", ul_comm_last_error(c));
+  int leftleft = (left + n - 1) % n;
+  for (int i = 0; i < 1000; i++) CHECK(back[i] == (unsigned char)(leftleft * 7 + i), "get data i=%d", i);
+  /* out of range put is refused and changes nothing */
+  CHECK(ul_put(msg, sizeof msg, right, w, bytes - 10, NULL) == UL_ERR_INVALID_ARG, "range check");
+  CHECK(ul_signal(right, w, UL_WINDOW_SIGNALS, NULL) == UL_ERR_INVALID_ARG, "signal index check");
+  CHECK(ul_barrier(c, NULL) == UL_OK, "barrier");
+  CHECK(ul_window_deregister(w) == UL_OK, "deregister");
+  CHECK(ul_mem_free(c, mem) == UL_OK, "mem_free");
+  return 0;
+}
+
+static int streams_inflight(ul_comm_t c, int me, int n) {
+  ul_stream_t a, b;
+  CHECK(ul_stream_create(c, &a) == UL_OK && ul_stream_create(c, &b) == UL_OK, "streams: %s", ul_comm_last_error(c));
+  enum { K = 6, CNT = 5003 };
+  int32_t *buf[K];
+  for (int k = 0; k < K; k++) {
+    buf[k] = malloc(CNT * 4);
+    for (int i = 0; i < CNT; i++) buf[k][i] = (me + 1) * (k + 1);
+    CHECK(ul_allreduce(buf[k], buf[k], CNT, UL_INT32, UL_SUM, c, k % 2 ? a : b) == UL_OK, "enqueue");
+  }
+  CHECK(ul_stream_synchronize(a) == UL_OK && ul_stream_synchronize(b) == UL_OK, "sync: %s", ul_comm_last_error(c));
+  CHECK(ul_stream_query(a) == UL_OK, "query");
+  for (int k = 0; k < K; k++) {
+    for (int i = 0; i < CNT; i++) CHECK(buf[k][i] == n * (n + 1) / 2 * (k + 1), "stream op %d", k);
+    free(buf[k]);
+  }
+  ul_stream_destroy(a);
+  ul_stream_destroy(b);
+  return 0;
+}
+
+static int split_even_odd(ul_comm_t c, int me, int n) {
+  ul_comm_t sub;
+  CHECK(ul_comm_split(c, me % 2, n - me, &sub, NULL) == UL_OK, "split: %s", ul_comm_last_error(c));
+  int sr, sn;
+  ul_comm_rank(sub, &sr);
+  ul_comm_size(sub, &sn);
+  CHECK(sn == (n + 1 - me % 2) / 2, "split size %d", sn);
+  /* reversed keys: highest parent rank first */
+  int32_t v = me, all[8];
+  CHECK(ul_allgather(&v, all, 1, UL_INT32, sub, NULL) == UL_OK, "allgather on split");
+  for (int i = 1; i < sn; i++) CHECK(all[i - 1] > all[i], "keys order");
+  ul_comm_destroy(sub);
+  ul_comm_t none = (ul_comm_t)1;
+  CHECK(ul_comm_split(c, me == 0 ? 0 : UL_SPLIT_NOCOLOR, 0, &none, NULL) == UL_OK, "split nocolor");
+  CHECK((me == 0) == (none != NULL), "nocolor gives NULL");
+  ul_comm_destroy(none);
+  return 0;
+}
+
+#define RANK_TESTS(fn)                                                                           \
+  Test(host_threads, fn##_1, .timeout = 120) { cr_assert_eq(run_ranks(1, 0, fn), 0); }           \
+  Test(host_threads, fn##_2, .timeout = 120) { cr_assert_eq(run_ranks(2, 0, fn), 0); }           \
+  Test(host_threads, fn##_3, .timeout = 120) { cr_assert_eq(run_ranks(3, 0, fn), 0); }           \
+  Test(host_threads, fn##_4, .timeout = 120) { cr_assert_eq(run_ranks(4, 0, fn), 0); }           \
+  Test(host_threads, fn##_8, .timeout = 200) { cr_assert_eq(run_ranks(8, 0, fn), 0); }           \
+  Test(host_process, fn##_2, .timeout = 120) { cr_assert_eq(run_ranks(2, 1, fn), 0); }           \
+  Test(host_process, fn##_4, .timeout = 200) { cr_assert_eq(run_ranks(4, 1, fn), 0); }
+
+RANK_TESTS(all_collectives)
+RANK_TESTS(float_avg)
+RANK_TESTS(sendrecv_patterns)
+RANK_TESTS(one_sided)
+RANK_TESTS(streams_inflight)
+RANK_TESTS(split_even_odd)
