@@ -1,0 +1,66 @@
+/* Pure translation between unilink and NCCL: datatypes, reduction ops, result codes,
+ * error sentences, collective buffer sizes. No NCCL function is called here (only
+ * nccl.h types), so the unit tests link it without libnccl and without a GPU. */
+#ifndef UL_NCCL_MAP_H
+#define UL_NCCL_MAP_H
+
+#include <nccl.h>
+#include <stddef.h>
+#include <unilink/unilink.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where the unique id's payload keeps NCCL's id (our payload is 192 bytes). */
+#define ULNCCL_ID_MAGIC 0x4e43434cu /* "NCCL" */
+typedef struct ulnccl_id_payload {
+  unsigned magic;
+  unsigned version;        /* NCCL_VERSION_CODE of the creator */
+  ncclUniqueId nccl_id;    /* 128 bytes */
+} ulnccl_id_payload_t;
+
+/* ul_dtype_t -> ncclDataType_t. UL_ERR_INVALID_ARG for an unknown dtype. */
+ul_result_t ulnccl_dtype(ul_dtype_t dtype, ncclDataType_t *out);
+/* ul_op_t -> ncclRedOp_t. UL_ERR_INVALID_ARG for an unknown op. */
+ul_result_t ulnccl_op(ul_op_t op, ncclRedOp_t *out);
+
+/* Can this NCCL (runtime version code, e.g. 22809) on a GPU of compute capability
+ * sm_major run dtype? bf16 needs NCCL >= 2.10; fp8 needs NCCL >= 2.24 and sm >= 90.
+ * sm_major <= 0: device unknown, only the library version is checked.
+ * UL_OK or UL_ERR_UNSUPPORTED with the reason in why. */
+ul_result_t ulnccl_dtype_supported(ul_dtype_t dtype, int nccl_version, int sm_major, char *why,
+                                   size_t why_len);
+/* Same for a (dtype, op) pair used in a reduction. */
+ul_result_t ulnccl_reduction_supported(ul_dtype_t dtype, ul_op_t op, int nccl_version,
+                                       int sm_major, char *why, size_t why_len);
+/* Bit masks (1u << ul_dtype_t) of dtypes NCCL moves / reduces for that version & sm. */
+unsigned ulnccl_dtype_mask(int nccl_version, int sm_major);
+
+/* ncclResult_t -> ul_result_t: Success -> OK; UnhandledCudaError -> BACKEND;
+ * SystemError -> SYSTEM; InternalError -> BACKEND; InvalidArgument -> INVALID_ARG;
+ * InvalidUsage -> INVALID_USAGE; RemoteError -> PEER_LOST; InProgress -> IN_PROGRESS;
+ * unknown -> BACKEND. */
+ul_result_t ulnccl_result(ncclResult_t rc);
+/* "ncclAllReduce failed: <ncclGetErrorString> (ncclResult_t N)[: <ncclGetLastError>]". */
+void ulnccl_format_error(char *buf, size_t len, const char *call, ncclResult_t rc,
+                         const char *error_string, const char *last_error);
+
+/* Bytes read from sendbuf and written to recvbuf by a collective (NCCL count
+ * conventions: allgather count = sendcount, reduce_scatter count = recvcount,
+ * alltoall/gather/scatter count = per-rank block). */
+void ulnccl_coll_bytes(ul_coll_t coll, size_t count, size_t elem_size, int nranks,
+                       size_t *send_bytes, size_t *recv_bytes);
+/* Is the call in place by NCCL's pointer-aliasing rule? */
+int ulnccl_coll_in_place(ul_coll_t coll, const void *sendbuf, const void *recvbuf, size_t count,
+                         size_t elem_size, int rank, int root);
+/* Buffers handed to NCCL: where our API allows NULL (broadcast sendbuf off root,
+ * reduce recvbuf off root, gather recvbuf / scatter sendbuf off root), substitute the
+ * other buffer so NCCL's pointer checks pass; NCCL never touches it there. */
+void ulnccl_coll_buffers(ul_coll_t coll, int rank, int root, const void **sendbuf,
+                         void **recvbuf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
