@@ -1,0 +1,28 @@
+#!/bin/sh
+# Run every test: the default build (unit, examples, conformance, bench, mpi, model),
+# then the unit and host conformance suites under ASan+UBSan and under TSan, then the
+# mpi backend built against MPICH. Usage: scripts/test.sh [stage...]
+# stages: default asan tsan mpich (all when none given)
+set -eu
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+stages=${*:-default asan tsan mpich}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+status=0
+for stage in $stages; do
+  echo "=== unilink tests: $stage ==="
+  cmake --preset "$stage" >/dev/null
+  cmake --build --preset "$stage" -j "$jobs"
+  dir=build; [ "$stage" = default ] || dir=build-$stage
+  case $stage in
+    default) sel="" ;;
+    asan) sel="-L unit|example|conformance-quick" ;;
+    tsan) sel="-L unit|example|conformance-quick" ;;
+    mpich) sel="-L mpich" ;;
+  esac
+  # shellcheck disable=SC2086
+  if ! (cd "$dir" && ctest --output-on-failure -j "$jobs" $sel --timeout 900); then
+    status=1
+  fi
+done
+exit $status
