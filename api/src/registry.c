@@ -1,0 +1,795 @@
+/* Backend registry: built-in backends (the generated ul_builtin_backends.h) and plugins
+ * (libunilink-<name>.so found in UNILINK_PLUGIN_PATH, the folder of libunilink, then
+ * the install folder). Each table is copied into a full-size ul_backend_ops_t whose
+ * absent ops are stubs returning UL_ERR_UNSUPPORTED, so the core never calls NULL and
+ * never reads past a table's struct_size. Tables that break the contract are refused
+ * but stay listed, unavailable with the reason, so unilink-info shows why.
+ *
+ * Concurrency: slots live at fixed addresses in a fixed-size array and the count is
+ * published with release/acquire, so readers need no lock. Loading and probing take
+ * recursive locks, because a backend's init may call back into the library. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "ul_core.h"
+
+#ifndef UNILINK_INSTALL_LIBDIR
+#define UNILINK_INSTALL_LIBDIR ""
+#endif
+
+#define UL__MAX_BACKENDS 64
+#define UL__NAME_MAX 31
+#define UL__PLUGIN_PREFIX "libunilink-"
+#define UL__PLUGIN_SUFFIX ".so"
+
+/* ------------------------------------------------------------------ stubs */
+/* One stub per op signature: calling through a function pointer of another type is
+ * undefined behaviour, so every stub has exactly the type of the ops it stands for. */
+static ul_result_t ul__stub_init(char *reason, size_t reason_len) { return UL_ERR_UNSUPPORTED; }
+static void ul__stub_fini(void) {}
+static ul_result_t ul__stub_query_caps(ul_backend_caps_t *caps) { return UL_ERR_UNSUPPORTED; }
+static ul_result_t ul__stub_get_unique_id(unsigned char *p, size_t n) { return UL_ERR_UNSUPPORTED; }
+static ul_result_t ul__stub_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **o,
+                                      ul_backend_comm_props_t *p) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_comm_init_all(const ul_backend_comm_args_t *a, int n,
+                                          ul_backend_comm_t **o, ul_backend_comm_props_t *p) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_comm_split(ul_backend_comm_t *c, int color, int key,
+                                       const ul_backend_comm_args_t *a, ul_backend_comm_t **o,
+                                       ul_backend_comm_props_t *p) {
+  return UL_ERR_UNSUPPORTED;
+}
+/* comm_finalize, comm_destroy, comm_abort, group_start */
+static ul_result_t ul__stub_comm(ul_backend_comm_t *c) { return UL_ERR_UNSUPPORTED; }
+static ul_result_t ul__stub_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *o) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_stream_create(ul_backend_comm_t *c, ul_backend_stream_t **o) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_stream_wrap(ul_backend_comm_t *c, void *n, ul_backend_stream_t **o) {
+  return UL_ERR_UNSUPPORTED;
+}
+/* stream_destroy, stream_query */
+static ul_result_t ul__stub_stream(ul_backend_stream_t *s) { return UL_ERR_UNSUPPORTED; }
+static ul_result_t ul__stub_stream_sync(ul_backend_stream_t *s, int timeout_ms) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_mem_free(ul_backend_comm_t *c, void *ptr) { return UL_ERR_UNSUPPORTED; }
+static ul_result_t ul__stub_window_register(ul_backend_comm_t *c, void *base, size_t size,
+                                            int extra, ul_backend_window_t **o, void **bases) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_put(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
+                                size_t off, const void *src, size_t bytes,
+                                ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
+                                size_t off, void *dst, size_t bytes, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
+                                   int index, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                        uint64_t value, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                        uint64_t *value) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_reduce_local(ul_backend_comm_t *c, void *dst, const void *a,
+                                         const void *b, size_t count, ul_dtype_t dtype,
+                                         ul_op_t op, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_scale_avg(ul_backend_comm_t *c, void *buf, size_t count,
+                                      ul_dtype_t dtype, int nranks, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_copy_local(ul_backend_comm_t *c, void *dst, const void *src,
+                                       size_t bytes, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_send(ul_backend_comm_t *c, const void *buf, size_t count,
+                                 ul_dtype_t dtype, int peer, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_recv(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
+                                 int peer, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *info) {
+  return UL_ERR_UNSUPPORTED;
+}
+
+/* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
+ * checked, so a stub with the wrong signature fails to compile. */
+#define UL__OPS_LIST(X)                           \
+  X(init, ul__stub_init)                          \
+  X(fini, ul__stub_fini)                          \
+  X(query_caps, ul__stub_query_caps)              \
+  X(get_unique_id, ul__stub_get_unique_id)        \
+  X(comm_init, ul__stub_comm_init)                \
+  X(comm_init_all, ul__stub_comm_init_all)        \
+  X(comm_split, ul__stub_comm_split)              \
+  X(comm_finalize, ul__stub_comm)                 \
+  X(comm_destroy, ul__stub_comm)                  \
+  X(comm_abort, ul__stub_comm)                    \
+  X(comm_topology, ul__stub_comm_topology)        \
+  X(stream_create, ul__stub_stream_create)        \
+  X(stream_wrap, ul__stub_stream_wrap)            \
+  X(stream_destroy, ul__stub_stream)              \
+  X(stream_synchronize, ul__stub_stream_sync)     \
+  X(stream_query, ul__stub_stream)                \
+  X(mem_alloc, ul__stub_mem_alloc)                \
+  X(mem_free, ul__stub_mem_free)                  \
+  X(window_register, ul__stub_window_register)    \
+  X(window_deregister, ul__stub_window_deregister) \
+  X(put, ul__stub_put)                            \
+  X(get, ul__stub_get)                            \
+  X(signal, ul__stub_signal)                      \
+  X(wait_signal, ul__stub_wait_signal)            \
+  X(read_signal, ul__stub_read_signal)            \
+  X(reduce_local, ul__stub_reduce_local)          \
+  X(scale_avg, ul__stub_scale_avg)                \
+  X(copy_local, ul__stub_copy_local)              \
+  X(send, ul__stub_send)                          \
+  X(recv, ul__stub_recv)                          \
+  X(group_start, ul__stub_comm)                   \
+  X(group_end, ul__stub_group_end)                \
+  X(annotate_call, ul__stub_annotate_call)
+
+#define UL__COLL_LIST(X) \
+  X(allreduce)           \
+  X(broadcast)           \
+  X(reduce)              \
+  X(allgather)           \
+  X(reduce_scatter)      \
+  X(alltoall)            \
+  X(gather)              \
+  X(scatter)             \
+  X(barrier)
+
+static const void *const ul__stubs[] = {
+#define UL__STUB_ADDR(field, stub) (const void *)stub,
+    UL__OPS_LIST(UL__STUB_ADDR)
+#undef UL__STUB_ADDR
+};
+
+bool ul__op_is_stub(const void *fnptr) {
+  if (fnptr == NULL) return false;
+  for (size_t i = 0; i < sizeof ul__stubs / sizeof ul__stubs[0]; i++)
+    if (ul__stubs[i] == fnptr) return true;
+  return false;
+}
+
+/* --------------------------------------------------------------- built-ins */
+#define UL_BUILTIN_BACKEND(name) extern const ul_backend_ops_t ul_backend_##name;
+#include "ul_builtin_backends.h"
+#undef UL_BUILTIN_BACKEND
+
+static const ul_backend_ops_t *const ul__builtins[] = {
+#define UL_BUILTIN_BACKEND(name) &ul_backend_##name,
+#include "ul_builtin_backends.h"
+#undef UL_BUILTIN_BACKEND
+    NULL};
+
+/* ------------------------------------------------------------------- slots */
+typedef struct ul__slot {
+  ul__backend_t be;          /* first member: a ul__backend_t* is a ul__slot_t* */
+  char name[UL__NAME_MAX + 1];
+  char description[160];
+  ul_result_t reg_rc;        /* UL_OK, or why the table was refused */
+  char file[PATH_MAX];       /* resolved plugin path ("" for built-ins), for dedupe */
+} ul__slot_t;
+
+static pthread_mutex_t ul__reg_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_mutex_t ul__probe_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static ul__slot_t *ul__slots[UL__MAX_BACKENDS];
+static atomic_int ul__nslots;
+static atomic_int ul__reg_ready;
+static int ul__reg_loading; /* guarded by ul__reg_lock */
+
+static int ul__count(void) { return atomic_load_explicit(&ul__nslots, memory_order_acquire); }
+
+static const size_t ul__ops_header_size =
+    offsetof(ul_backend_ops_t, priority) + sizeof(((ul_backend_ops_t *)0)->priority);
+
+/* Names are what users type in UNILINK_BACKEND: short, lowercase, no ':' (options). */
+static const char *ul__name_problem(const char *name) {
+  if (name == NULL || name[0] == '\0') return "has no name";
+  size_t n = strnlen(name, UL__NAME_MAX + 1);
+  if (n > UL__NAME_MAX) return "has a name longer than 31 characters";
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (!(islower(c) || isdigit(c) || c == '_' || c == '-'))
+      return "has a name that is not lowercase letters, digits, '-' and '_'";
+  }
+  if (strcmp(name, "auto") == 0) return "is named \"auto\", which is reserved";
+  return NULL;
+}
+
+/* First accepted table of that name; a refused one only if no accepted one exists. */
+static ul__slot_t *ul__find_slot(const char *name, size_t len, int accepted_only) {
+  int n = ul__count();
+  ul__slot_t *refused = NULL;
+  for (int i = 0; i < n; i++) {
+    ul__slot_t *s = ul__slots[i];
+    if (strlen(s->name) != len || strncasecmp(s->name, name, len) != 0) continue;
+    if (s->reg_rc == UL_OK) return s;
+    if (refused == NULL) refused = s;
+  }
+  return accepted_only ? NULL : refused;
+}
+
+static ul__slot_t *ul__slot_new(void) {
+  if (ul__count() >= UL__MAX_BACKENDS) return NULL;
+  ul__slot_t *s = calloc(1, sizeof *s);
+  return s;
+}
+
+static void ul__slot_publish(ul__slot_t *s) {
+  int n = ul__count();
+  ul__slots[n] = s;
+  atomic_store_explicit(&ul__nslots, n + 1, memory_order_release);
+}
+
+static void ul__fill_all_stubs(ul_backend_ops_t *o) {
+#define UL__STUB_SET(field, stub) o->field = stub;
+  UL__OPS_LIST(UL__STUB_SET)
+#undef UL__STUB_SET
+}
+
+/* Register a refused table: listed, never usable, with the reason. */
+static void ul__add_refused_locked(const char *name, const char *origin, const char *file,
+                                   ul_result_t rc, const char *reason) {
+  ul__slot_t *s = ul__slot_new();
+  if (s == NULL) return;
+  snprintf(s->name, sizeof s->name, "%s", name);
+  snprintf(s->description, sizeof s->description, "(refused)");
+  snprintf(s->be.origin, sizeof s->be.origin, "%s", origin);
+  snprintf(s->file, sizeof s->file, "%s", file ? file : "");
+  snprintf(s->be.reason, sizeof s->be.reason, "%s", reason);
+  s->reg_rc = rc;
+  s->be.plugin = file != NULL && file[0] != '\0';
+  s->be.ops.abi_version = UL_BACKEND_ABI_VERSION;
+  s->be.ops.struct_size = sizeof s->be.ops;
+  s->be.ops.name = s->name;
+  s->be.ops.description = s->description;
+  ul__fill_all_stubs(&s->be.ops);
+  s->be.coll.struct_size = sizeof s->be.coll;
+  s->be.ops.coll = &s->be.coll;
+  s->be.caps.struct_size = sizeof s->be.caps;
+  s->be.probed = 1; /* nothing to probe */
+  s->be.status = UL_ERR_UNAVAILABLE;
+  ul__slot_publish(s);
+}
+
+/* Validate, copy and register one table. hint: name to show if the table's own cannot
+ * be trusted (plugin file name). Takes ownership of dl_handle (closed on refusal). */
+static ul_result_t ul__add_locked(const ul_backend_ops_t *ops, const char *origin,
+                                  void *dl_handle, const char *file, const char *hint) {
+  char reason[256];
+  ul_result_t rc = UL_OK;
+  const char *what = dl_handle ? "plugin" : "backend";
+  const char *label = hint;
+  if (label == NULL && ops != NULL &&
+      ops->struct_size >= offsetof(ul_backend_ops_t, name) + sizeof(ops->name) && ops->name &&
+      ul__name_problem(ops->name) == NULL)
+    label = ops->name;
+  if (label == NULL) label = "unnamed";
+
+  if (ul__count() >= UL__MAX_BACKENDS) {
+    UL_WARN("INIT", "%s \"%s\" (%s) not registered: more than %d backends", what, label, origin,
+            UL__MAX_BACKENDS);
+    if (dl_handle) dlclose(dl_handle);
+    return ul__set_thread_error(UL_ERR_NO_MEMORY, "backend registry is full (%d entries)",
+                                UL__MAX_BACKENDS);
+  }
+  if (ops == NULL) {
+    rc = UL_ERR_INVALID_ARG;
+    snprintf(reason, sizeof reason, "%s \"%s\" returned no backend table (%.160s)", what, label,
+             origin);
+  } else if (UL_BACKEND_ABI_MAJOR_OF(ops->abi_version) != UL_BACKEND_ABI_MAJOR) {
+    rc = UL_ERR_VERSION;
+    snprintf(reason, sizeof reason,
+             "%s \"%s\" built for backend ABI %u.x, this libunilink speaks %d.x (%.160s)", what,
+             label, (unsigned)UL_BACKEND_ABI_MAJOR_OF(ops->abi_version), UL_BACKEND_ABI_MAJOR,
+             origin);
+  } else if (ops->struct_size < ul__ops_header_size) {
+    rc = UL_ERR_VERSION;
+    snprintf(reason, sizeof reason,
+             "%s \"%s\" has a table of %zu bytes, smaller than the %zu-byte header "
+             "(abi_version, struct_size, name, description, priority) (%.100s)",
+             what, label, ops->struct_size, ul__ops_header_size, origin);
+  } else if (ul__name_problem(ops->name) != NULL) {
+    rc = UL_ERR_INVALID_ARG;
+    snprintf(reason, sizeof reason, "%s \"%s\" %s (%.160s)", what, label,
+             ul__name_problem(ops->name), origin);
+  } else {
+    ul__slot_t *first = ul__find_slot(ops->name, strlen(ops->name), 1);
+    if (first != NULL) {
+      rc = UL_ERR_INVALID_ARG;
+      snprintf(reason, sizeof reason,
+               "%s \"%s\" has the same name as the backend from %.90s, which is used "
+               "(%.90s)",
+               what, ops->name, first->be.origin, origin);
+      label = ops->name;
+    }
+  }
+  if (rc != UL_OK) {
+    UL_WARN("INIT", "refused %s", reason);
+    if (dl_handle) dlclose(dl_handle);
+    ul__add_refused_locked(label, origin, file, rc, reason);
+    return ul__set_thread_error(rc, "refused %s", reason);
+  }
+
+  ul__slot_t *s = ul__slot_new();
+  if (s == NULL) {
+    if (dl_handle) dlclose(dl_handle);
+    return ul__set_thread_error(UL_ERR_NO_MEMORY, "no memory to register backend \"%s\"",
+                                ops->name);
+  }
+  /* Copy what the table declares, never more; ops past struct_size stay NULL. */
+  const size_t declared = ops->struct_size;
+  memcpy(&s->be.ops, ops, declared < sizeof s->be.ops ? declared : sizeof s->be.ops);
+#define UL__FILL_OP(field, stub)                                                          \
+  if (offsetof(ul_backend_ops_t, field) + sizeof(s->be.ops.field) > declared ||          \
+      s->be.ops.field == NULL)                                                            \
+    s->be.ops.field = stub;
+  UL__OPS_LIST(UL__FILL_OP)
+#undef UL__FILL_OP
+
+  const ul_backend_coll_ops_t *coll = NULL;
+  if (offsetof(ul_backend_ops_t, coll) + sizeof(ops->coll) <= declared) coll = ops->coll;
+  memset(&s->be.coll, 0, sizeof s->be.coll);
+  if (coll != NULL && coll->struct_size > sizeof(size_t)) {
+    const size_t csz = coll->struct_size;
+    memcpy(&s->be.coll, coll, csz < sizeof s->be.coll ? csz : sizeof s->be.coll);
+#define UL__FILL_COLL(field)                                                               \
+  if (offsetof(ul_backend_coll_ops_t, field) + sizeof(s->be.coll.field) > csz)            \
+    s->be.coll.field = NULL;
+    UL__COLL_LIST(UL__FILL_COLL)
+#undef UL__FILL_COLL
+  }
+  s->be.coll.struct_size = sizeof s->be.coll;
+  s->be.ops.coll = &s->be.coll;
+
+  snprintf(s->name, sizeof s->name, "%s", ops->name);
+  const char *desc = NULL;
+  if (offsetof(ul_backend_ops_t, description) + sizeof(ops->description) <= declared)
+    desc = ops->description;
+  snprintf(s->description, sizeof s->description, "%s", desc ? desc : "");
+  s->be.ops.name = s->name;
+  s->be.ops.description = s->description;
+  s->be.ops.struct_size = sizeof s->be.ops;
+  s->be.caps.struct_size = sizeof s->be.caps;
+  s->be.plugin = dl_handle != NULL;
+  s->be.dl_handle = dl_handle;
+  snprintf(s->be.origin, sizeof s->be.origin, "%s", origin);
+  snprintf(s->file, sizeof s->file, "%s", file ? file : "");
+  s->reg_rc = UL_OK;
+  ul__slot_publish(s);
+  UL_INFO("INIT", "registered backend \"%s\" (%s, ABI %u.%u, priority %d)", s->name, origin,
+          (unsigned)UL_BACKEND_ABI_MAJOR_OF(ops->abi_version),
+          (unsigned)(ops->abi_version & 0xffffu), ops->priority);
+  return UL_OK;
+}
+
+/* --------------------------------------------------------------- plugins */
+/* "…/libunilink-foo.so" -> "foo"; any other file name -> its base name. */
+static void ul__plugin_hint(const char *path, char *out, size_t len) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  const size_t pl = strlen(UL__PLUGIN_PREFIX), sl = strlen(UL__PLUGIN_SUFFIX);
+  if (n > pl + sl && strncmp(base, UL__PLUGIN_PREFIX, pl) == 0 &&
+      strcmp(base + n - sl, UL__PLUGIN_SUFFIX) == 0)
+    snprintf(out, len, "%.*s", (int)(n - pl - sl), base + pl);
+  else
+    snprintf(out, len, "%.*s", (int)(len - 1), base); /* cut to a name */
+}
+
+static ul_result_t ul__load_plugin_locked(const char *path) {
+  char real[PATH_MAX];
+  if (realpath(path, real) == NULL)
+    return ul__set_thread_error(UL_ERR_NOT_FOUND, "plugin %s: %s", path, strerror(errno));
+  int n = ul__count();
+  for (int i = 0; i < n; i++)
+    if (ul__slots[i]->file[0] && strcmp(ul__slots[i]->file, real) == 0)
+      return ul__slots[i]->reg_rc; /* already seen (same file reached twice) */
+
+  char hint[UL__NAME_MAX + 1];
+  ul__plugin_hint(real, hint, sizeof hint);
+  char reason[256];
+
+  (void)dlerror();
+  void *h = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    snprintf(reason, sizeof reason, "plugin \"%s\" could not be loaded: %.180s", hint,
+             e ? e : "unknown dlopen error");
+    /* Usually a vendor library missing on this machine: normal, so INFO, not WARN. */
+    UL_INFO("INIT", "%s", reason);
+    ul__add_refused_locked(hint, real, real, UL_ERR_UNAVAILABLE, reason);
+    return ul__set_thread_error(UL_ERR_UNAVAILABLE, "%s", reason);
+  }
+  ul_backend_entry_fn entry;
+  *(void **)&entry = dlsym(h, UL_BACKEND_ENTRY_SYMBOL);
+  if (entry == NULL) {
+    snprintf(reason, sizeof reason, "plugin \"%s\" does not export %s() (%.160s)", hint,
+             UL_BACKEND_ENTRY_SYMBOL, real);
+    UL_WARN("INIT", "refused %s", reason);
+    dlclose(h);
+    ul__add_refused_locked(hint, real, real, UL_ERR_INVALID_ARG, reason);
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "refused %s", reason);
+  }
+  return ul__add_locked(entry(), real, h, real, hint);
+}
+
+static int ul__plugin_filter(const struct dirent *d) {
+  size_t n = strlen(d->d_name);
+  const size_t pl = strlen(UL__PLUGIN_PREFIX), sl = strlen(UL__PLUGIN_SUFFIX);
+  return n > pl + sl && strncmp(d->d_name, UL__PLUGIN_PREFIX, pl) == 0 &&
+         strcmp(d->d_name + n - sl, UL__PLUGIN_SUFFIX) == 0;
+}
+
+typedef struct ul__dirset {
+  char dirs[16][PATH_MAX];
+  int n;
+} ul__dirset_t;
+
+static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *seen) {
+  char real[PATH_MAX];
+  if (dir == NULL || dir[0] == '\0' || realpath(dir, real) == NULL) return;
+  for (int i = 0; i < seen->n; i++)
+    if (strcmp(seen->dirs[i], real) == 0) return; /* same folder named twice */
+  if (seen->n < (int)(sizeof seen->dirs / sizeof seen->dirs[0]))
+    snprintf(seen->dirs[seen->n++], PATH_MAX, "%s", real);
+  struct dirent **list = NULL;
+  int n = scandir(real, &list, ul__plugin_filter, alphasort); /* sorted: deterministic */
+  if (n < 0) return;
+  UL_TRACE("INIT", "scanning %s (%s): %d plugin file(s)", real, why, n);
+  for (int i = 0; i < n; i++) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", real, list[i]->d_name) < (int)sizeof path)
+      (void)ul__load_plugin_locked(path);
+    free(list[i]);
+  }
+  free(list);
+}
+
+static void ul__load_plugins_locked(void) {
+  ul__dirset_t *seen = calloc(1, sizeof *seen);
+  if (seen == NULL) return;
+  const char *pp = ul__param_str("PLUGIN_PATH", "", NULL);
+  if (pp && pp[0]) {
+    char *copy = strdup(pp);
+    if (copy) {
+      char *save = NULL;
+      for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
+        ul__scan_dir_locked(d, "UNILINK_PLUGIN_PATH", seen);
+      free(copy);
+    }
+  }
+  Dl_info info;
+  if (dladdr((void *)&ul_backend_count, &info) && info.dli_fname && info.dli_fname[0]) {
+    char self[PATH_MAX];
+    snprintf(self, sizeof self, "%s", info.dli_fname);
+    char *slash = strrchr(self, '/');
+    if (slash) {
+      *slash = '\0';
+      ul__scan_dir_locked(self[0] ? self : "/", "folder of libunilink", seen);
+    }
+  }
+  ul__scan_dir_locked(UNILINK_INSTALL_LIBDIR, "install folder", seen);
+  free(seen);
+}
+
+static void ul__registry_ensure(void) {
+  if (atomic_load_explicit(&ul__reg_ready, memory_order_acquire)) return;
+  int saved = errno;
+  pthread_mutex_lock(&ul__reg_lock);
+  /* A backend calling back into the registry while we load sees the partial list. */
+  if (!atomic_load_explicit(&ul__reg_ready, memory_order_relaxed) && !ul__reg_loading) {
+    ul__reg_loading = 1;
+    for (size_t i = 0; ul__builtins[i] != NULL; i++)
+      (void)ul__add_locked(ul__builtins[i], "built-in", NULL, NULL, NULL);
+    ul__load_plugins_locked();
+    ul__reg_loading = 0;
+    atomic_store_explicit(&ul__reg_ready, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&ul__reg_lock);
+  errno = saved;
+}
+
+/* ----------------------------------------------------------------- probing */
+static void ul__probe(ul__slot_t *s) {
+  pthread_mutex_lock(&ul__probe_lock);
+  if (s->be.probed) {
+    pthread_mutex_unlock(&ul__probe_lock);
+    return;
+  }
+  ul__backend_t *b = &s->be;
+  b->probed = 1; /* before init: a re-entrant call must not probe again */
+  b->status = UL_ERR_UNAVAILABLE;
+  snprintf(b->reason, sizeof b->reason, "backend \"%s\" is still being probed", s->name);
+
+  char reason[sizeof b->reason] = "";
+  ul_result_t rc = UL_OK;
+  if (!ul__op_is_stub((const void *)b->ops.init)) rc = b->ops.init(reason, sizeof reason);
+  reason[sizeof reason - 1] = '\0';
+  if (rc != UL_OK && reason[0] == '\0')
+    snprintf(reason, sizeof reason, "init returned %s (%s)", ul_result_name(rc),
+             ul_result_string(rc));
+
+  ul_backend_caps_t caps;
+  memset(&caps, 0, sizeof caps);
+  caps.struct_size = sizeof caps;
+  if (!ul__op_is_stub((const void *)b->ops.query_caps)) {
+    /* Also for unavailable backends: unilink-info shows their static caps. */
+    ul_result_t crc = b->ops.query_caps(&caps);
+    if (crc != UL_OK) {
+      memset(&caps, 0, sizeof caps);
+      if (rc == UL_OK) {
+        rc = crc;
+        snprintf(reason, sizeof reason, "query_caps returned %s", ul_result_name(crc));
+      }
+    }
+  }
+  caps.struct_size = sizeof caps;
+  caps.version[sizeof caps.version - 1] = '\0';
+  b->caps = caps;
+  if (rc == UL_OK) reason[0] = '\0';
+  memcpy(b->reason, reason, sizeof b->reason);
+  b->status = rc;
+  if (rc == UL_OK)
+    UL_INFO("INIT", "backend \"%s\" available%s%s", s->name, caps.version[0] ? ", version " : "",
+            caps.version);
+  else
+    UL_INFO("INIT", "backend \"%s\" unavailable: %s", s->name, reason);
+  pthread_mutex_unlock(&ul__probe_lock);
+}
+
+static ul__slot_t *ul__best(void) {
+  ul__slot_t *best = NULL;
+  int n = ul__count();
+  for (int i = 0; i < n; i++) {
+    ul__slot_t *s = ul__slots[i];
+    ul__probe(s);
+    if (s->be.status != UL_OK) continue;
+    if (best == NULL || s->be.ops.priority > best->be.ops.priority) best = s; /* ties: first */
+  }
+  return best;
+}
+
+/* "name" or "name:options" -> length of the name part. */
+static size_t ul__name_len(const char *name) {
+  const char *colon = strchr(name, ':');
+  return colon ? (size_t)(colon - name) : strlen(name);
+}
+
+static int ul__is_auto(const char *name) {
+  size_t len = ul__name_len(name);
+  return len == 0 || (len == 4 && strncasecmp(name, "auto", 4) == 0);
+}
+
+/* --------------------------------------------------------------- internal API */
+int ul__registry_count(void) {
+  ul__registry_ensure();
+  return ul__count();
+}
+
+ul__backend_t *ul__registry_at(int index) {
+  ul__registry_ensure();
+  if (index < 0 || index >= ul__count()) return NULL;
+  ul__probe(ul__slots[index]);
+  return &ul__slots[index]->be;
+}
+
+static void ul__list_names(char *buf, size_t len, int with_reasons) {
+  size_t o = 0;
+  buf[0] = '\0';
+  int n = ul__count();
+  for (int i = 0; i < n && o + 1 < len; i++) {
+    ul__slot_t *s = ul__slots[i];
+    int w;
+    if (with_reasons)
+      w = snprintf(buf + o, len - o, "%s%s (%s)", i ? "; " : "", s->name, s->be.reason);
+    else
+      w = snprintf(buf + o, len - o, "%s%s", i ? ", " : "", s->name);
+    if (w < 0) break;
+    o += (size_t)w;
+  }
+  if (n == 0) snprintf(buf, len, "none");
+}
+
+ul_result_t ul__registry_find(const char *name, ul__backend_t **out) {
+  if (out) *out = NULL;
+  if (out == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "backend lookup: output is NULL");
+  ul__registry_ensure();
+  char list[400];
+  if (name == NULL || ul__is_auto(name)) {
+    ul__slot_t *best = ul__best();
+    if (best == NULL) {
+      ul__list_names(list, sizeof list, 1);
+      return ul__set_thread_error(UL_ERR_UNAVAILABLE,
+                                  "no backend is available on this machine: %s", list);
+    }
+    *out = &best->be;
+    return UL_OK;
+  }
+  size_t len = ul__name_len(name);
+  ul__slot_t *s = ul__find_slot(name, len, 0);
+  if (s == NULL) {
+    ul__list_names(list, sizeof list, 0);
+    return ul__set_thread_error(UL_ERR_NOT_FOUND, "unknown backend \"%.*s\"; registered: %s",
+                                (int)(len > 64 ? 64 : len), name, list);
+  }
+  ul__probe(s);
+  if (s->be.status != UL_OK)
+    return ul__set_thread_error(UL_ERR_UNAVAILABLE, "backend \"%s\" is unavailable: %s",
+                                s->name, s->be.reason);
+  *out = &s->be;
+  return UL_OK;
+}
+
+ul_result_t ul__registry_add(const ul_backend_ops_t *ops, const char *origin, void *dl_handle) {
+  ul__registry_ensure();
+  pthread_mutex_lock(&ul__reg_lock);
+  ul_result_t rc = ul__add_locked(ops, origin ? origin : "built-in", dl_handle, NULL, NULL);
+  pthread_mutex_unlock(&ul__reg_lock);
+  return rc;
+}
+
+ul_result_t ul__registry_load_plugin(const char *path) {
+  if (path == NULL || path[0] == '\0')
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "plugin path is NULL or empty");
+  ul__registry_ensure();
+  pthread_mutex_lock(&ul__reg_lock);
+  ul_result_t rc = ul__load_plugin_locked(path);
+  pthread_mutex_unlock(&ul__reg_lock);
+  return rc;
+}
+
+void ul__registry_reset(void) {
+  pthread_mutex_lock(&ul__reg_lock);
+  pthread_mutex_lock(&ul__probe_lock);
+  int n = ul__count();
+  atomic_store_explicit(&ul__reg_ready, 0, memory_order_release);
+  atomic_store_explicit(&ul__nslots, 0, memory_order_release);
+  for (int i = n - 1; i >= 0; i--) {
+    ul__slot_t *s = ul__slots[i];
+    if (s->be.probed && s->be.status == UL_OK && !ul__op_is_stub((const void *)s->be.ops.fini))
+      s->be.ops.fini();
+    if (s->be.dl_handle) dlclose(s->be.dl_handle);
+    free(s);
+    ul__slots[i] = NULL;
+  }
+  pthread_mutex_unlock(&ul__probe_lock);
+  pthread_mutex_unlock(&ul__reg_lock);
+}
+
+/* ----------------------------------------------------------------- public API */
+int ul_backend_count(void) { return ul__registry_count(); }
+
+static ul_result_t ul__check_info(ul_backend_info_t *info, const char *fn) {
+  if (info == NULL) return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: info is NULL", fn);
+  const size_t min = offsetof(ul_backend_info_t, available) + sizeof(info->available);
+  if (info->struct_size < min || info->struct_size > 64u * 1024u)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "%s: info->struct_size is %zu; set it to sizeof(ul_backend_info_t)",
+                                fn, info->struct_size);
+  return UL_OK;
+}
+
+static void ul__fill_info(ul__slot_t *s, ul_backend_info_t *info) {
+  ul__probe(s);
+  ul_backend_info_t full;
+  memset(&full, 0, sizeof full);
+  const ul__backend_t *b = &s->be;
+  full.name = s->name;
+  full.description = s->description;
+  full.available = b->status == UL_OK;
+  snprintf(full.reason, sizeof full.reason, "%s", full.available ? "" : b->reason);
+  full.features = b->caps.features;
+  uint32_t native = b->caps.native_colls;
+#define UL__NATIVE_BIT(field) \
+  if (b->coll.field != NULL) native |= 1u << UL_COLL_##field;
+#define UL_COLL_allreduce UL_COLL_ALLREDUCE
+#define UL_COLL_broadcast UL_COLL_BROADCAST
+#define UL_COLL_reduce UL_COLL_REDUCE
+#define UL_COLL_allgather UL_COLL_ALLGATHER
+#define UL_COLL_reduce_scatter UL_COLL_REDUCE_SCATTER
+#define UL_COLL_alltoall UL_COLL_ALLTOALL
+#define UL_COLL_gather UL_COLL_GATHER
+#define UL_COLL_scatter UL_COLL_SCATTER
+#define UL_COLL_barrier UL_COLL_BARRIER
+  UL__COLL_LIST(UL__NATIVE_BIT)
+#undef UL__NATIVE_BIT
+  full.collectives = native;
+  if (b->caps.features & UL_FEATURE_GENERIC_COLL) full.collectives |= (1u << UL_COLL_SENDRECV) - 1u;
+  if (b->caps.features & UL_FEATURE_P2P) full.collectives |= 1u << UL_COLL_SENDRECV;
+  full.dtypes = b->caps.dtypes;
+  full.ops = b->caps.ops;
+  full.reduce_dtypes = b->caps.reduce_dtypes;
+  full.max_ranks = b->caps.max_ranks;
+  full.plugin = b->plugin;
+  snprintf(full.origin, sizeof full.origin, "%s", b->origin);
+  snprintf(full.version, sizeof full.version, "%s", b->caps.version);
+  /* Write only what the caller's struct holds (older, shorter headers). */
+  size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
+  full.struct_size = info->struct_size;
+  memcpy(info, &full, n);
+}
+
+ul_result_t ul_backend_get_info(int index, ul_backend_info_t *info) {
+  UL_CHECK(ul__check_info(info, "ul_backend_get_info"));
+  ul__registry_ensure();
+  int n = ul__count();
+  if (index < 0 || index >= n)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_backend_get_info: index %d is out of range (%d backends)",
+                                index, n);
+  ul__fill_info(ul__slots[index], info);
+  return UL_OK;
+}
+
+ul_result_t ul_backend_query(const char *name, ul_backend_info_t *info) {
+  if (name == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_backend_query: name is NULL");
+  UL_CHECK(ul__check_info(info, "ul_backend_query"));
+  ul__registry_ensure();
+  ul__slot_t *s;
+  if (ul__is_auto(name)) {
+    s = ul__best();
+    if (s == NULL)
+      return ul__set_thread_error(UL_ERR_NOT_FOUND,
+                                  "ul_backend_query: \"auto\" finds no available backend");
+  } else {
+    size_t len = ul__name_len(name);
+    s = ul__find_slot(name, len, 0);
+    if (s == NULL) {
+      char list[400];
+      ul__list_names(list, sizeof list, 0);
+      return ul__set_thread_error(UL_ERR_NOT_FOUND,
+                                  "ul_backend_query: unknown backend \"%.*s\"; registered: %s",
+                                  (int)(len > 64 ? 64 : len), name, list);
+    }
+  }
+  ul__fill_info(s, info);
+  return UL_OK;
+}
+
+const char *ul_backend_auto(void) {
+  ul__registry_ensure();
+  ul__slot_t *s = ul__best();
+  return s ? s->name : NULL;
+}
