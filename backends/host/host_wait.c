@@ -1,0 +1,209 @@
+/* Waiting on a 64-bit counter: a short spin (cheap when the peer is running on another
+ * core), a few yields (oversubscribed runs), then futex sleeps in slices of at most
+ * 10 ms so that the abort flag, the deadline and peer liveness are checked regularly.
+ *
+ * Lost-wakeup freedom: the waiter increments `waiters` then re-reads the value; the
+ * signaller adds to the value then reads `waiters`, both sequentially consistent, so at
+ * least one of them sees the other. FUTEX_WAIT compares the low 32 bits of the value
+ * in the kernel, so an add between our read and the sleep returns EAGAIN at once. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "host.h"
+
+#define HOST_SLICE_NS (10 * 1000 * 1000L)
+#define HOST_YIELDS 4
+
+static inline void host_wait_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#else
+  __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* The futex word is the low 32 bits of the counter. */
+static inline uint32_t *host_wait_word(host_slot_t *s) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  return (uint32_t *)&s->value + 1;
+#else
+  return (uint32_t *)&s->value;
+#endif
+}
+
+static uint64_t host_wait_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void host_slot_wake(host_slot_t *slot, int shared) {
+  syscall(SYS_futex, host_wait_word(slot), FUTEX_WAKE | (shared ? 0 : FUTEX_PRIVATE_FLAG),
+          INT32_MAX, NULL, NULL, 0);
+}
+
+uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared) {
+  /* seq_cst (a full barrier on x86 via lock xadd): earlier stores, including the
+   * non-temporal ones of a large memcpy, are visible before the new value. */
+  uint64_t prev = atomic_fetch_add_explicit(&slot->value, delta, memory_order_seq_cst);
+  if (atomic_load_explicit(&slot->waiters, memory_order_seq_cst) != 0)
+    host_slot_wake(slot, shared);
+  return prev;
+}
+
+int host_open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) {
+    (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    return (int)fd;
+  }
+#endif
+  return -1;
+}
+
+/* A zombie still answers kill(pid, 0), so also look at its state. */
+static int host_wait_is_zombie(pid_t pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* the command name may contain spaces or ')' */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+int host_pid_alive(pid_t pid, int pidfd) {
+  if (pidfd >= 0) {
+    /* A pidfd becomes readable when the process exits (zombie included) and is immune
+     * to pid reuse. */
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    int r = poll(&p, 1, 0);
+    if (r >= 0) return r == 0;
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+  return !host_wait_is_zombie(pid);
+}
+
+/* Between slices: our abort, peers' aborts, peers' deaths. */
+static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fail) {
+  if ((w->abort_flag && *w->abort_flag) || (w->dead && atomic_load(w->dead)))
+    return UL_ERR_ABORTED;
+  if (!w->ctrl) return UL_OK;
+  for (int p = 0; p < w->nranks; p++) {
+    if (p == w->self) continue;
+    host_ctrl_rank_t *r = &w->ctrl->ranks[p];
+    if (atomic_load_explicit(&r->aborted, memory_order_acquire)) {
+      fail->rank = p;
+      fail->pid = r->pid;
+      fail->aborted = 1;
+      return UL_ERR_PEER_LOST;
+    }
+    if (w->pids && w->pids[p] > 0 && w->pids[p] != w->pids[w->self] &&
+        !host_pid_alive(w->pids[p], w->pidfds ? w->pidfds[p] : -1)) {
+      fail->rank = p;
+      fail->pid = w->pids[p];
+      fail->aborted = 0;
+      return UL_ERR_PEER_LOST;
+    }
+  }
+  return UL_OK;
+}
+
+ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
+                          host_wait_fail_t *fail) {
+  fail->rank = -1;
+  fail->pid = 0;
+  fail->aborted = 0;
+  fail->elapsed_ms = 0;
+  if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
+  for (int i = 0; i < w->spin; i++) {
+    host_wait_pause();
+    if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
+  }
+  for (int i = 0; i < HOST_YIELDS; i++) {
+    sched_yield();
+    if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
+  }
+  uint64_t start = host_wait_now_ns();
+  uint64_t deadline = w->timeout_ms > 0 ? start + (uint64_t)w->timeout_ms * 1000000ull : 0;
+  int op = FUTEX_WAIT | (w->shared ? 0 : FUTEX_PRIVATE_FLAG);
+  ul_result_t rc = UL_OK;
+  atomic_fetch_add_explicit(&slot->waiters, 1, memory_order_seq_cst);
+  for (;;) {
+    uint64_t v = atomic_load_explicit(&slot->value, memory_order_seq_cst);
+    if (v >= target) break;
+    rc = host_wait_check(w, fail);
+    if (rc != UL_OK) {
+      /* What the peer did before it died or aborted is still valid: look once more. */
+      if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) rc = UL_OK;
+      break;
+    }
+    uint64_t now = host_wait_now_ns();
+    long slice = HOST_SLICE_NS;
+    if (deadline) {
+      if (now >= deadline) {
+        rc = UL_ERR_TIMEOUT;
+        break;
+      }
+      if (deadline - now < (uint64_t)slice) slice = (long)(deadline - now);
+    }
+    struct timespec ts = {0, slice};
+    syscall(SYS_futex, host_wait_word(slot), op, (uint32_t)v, &ts, NULL, 0);
+  }
+  atomic_fetch_sub_explicit(&slot->waiters, 1, memory_order_relaxed);
+  fail->elapsed_ms = (int)((host_wait_now_ns() - start) / 1000000ull);
+  return rc;
+}
+
+void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word) {
+  w->abort_flag = c->abort_flag;
+  w->dead = &c->dead;
+  w->timeout_ms = c->timeout_ms;
+  w->spin = c->spin;
+  w->shared = ctrl_word ? c->ctrl_shared : !c->threads;
+  w->ctrl = c->ctrl;
+  w->nranks = c->nranks;
+  w->self = c->rank;
+  w->pids = c->threads ? NULL : c->pids;
+  w->pidfds = c->threads ? NULL : c->pidfds;
+}
+
+ul_result_t host_wait_error(const ul_backend_comm_t *c, ul_result_t rc,
+                            const host_wait_fail_t *fail, const char *what) {
+  switch (rc) {
+  case UL_ERR_ABORTED:
+    return ul_backend_set_error(c->handle, rc, "host: rank %d: communicator aborted while %s",
+                                c->rank, what);
+  case UL_ERR_PEER_LOST:
+    if (fail->aborted)
+      return ul_backend_set_error(c->handle, rc,
+                                  "host: rank %d: peer rank %d (pid %d) aborted its communicator "
+                                  "while this rank was %s",
+                                  c->rank, fail->rank, (int)fail->pid, what);
+    return ul_backend_set_error(c->handle, rc,
+                                "host: rank %d: peer rank %d (pid %d) exited while this rank was "
+                                "%s",
+                                c->rank, fail->rank, (int)fail->pid, what);
+  case UL_ERR_TIMEOUT:
+    return ul_backend_set_error(c->handle, rc, "host: rank %d: timed out after %d ms %s", c->rank,
+                                c->timeout_ms, what);
+  default:
+    return rc;
+  }
+}
