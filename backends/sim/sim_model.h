@@ -1,0 +1,183 @@
+/* The modeled interconnect: link catalog, topologies and the alpha-beta cost model.
+ * Plain C with no core dependencies (only unilink.h enums), so the sim backend (inside
+ * libunilink) and the unilink-model tool share one implementation. Prefix ulsim_. */
+#ifndef UNILINK_SIM_MODEL_H
+#define UNILINK_SIM_MODEL_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <unilink/unilink.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ULSIM_NAME_MAX 64
+#define ULSIM_SOURCE_MAX 640
+
+/* Protocols, as in NCCL: LL (8-byte flag+data stores: low latency, half bandwidth),
+ * LL128 (128-byte lines, 120 of data), Simple (bulk copies, full bandwidth). */
+typedef enum ulsim_proto { ULSIM_LL = 0, ULSIM_LL128 = 1, ULSIM_SIMPLE = 2, ULSIM_NPROTO = 3 } ulsim_proto_t;
+
+/* One link kind of the catalog (data/links.json). */
+typedef struct ulsim_link {
+  char name[ULSIM_NAME_MAX];
+  char family[32];
+  int generation;
+  double line_gbps;         /* line rate per link per direction, GB/s */
+  double efficiency;        /* achievable / line under collectives */
+  double latency_us;        /* one-way latency of one hop */
+  double hop_us[ULSIM_NPROTO]; /* per-hop collective latency by protocol */
+  int ports, lanes;         /* 0 when not given */
+  char confidence[16];      /* high | medium | low */
+  char source[ULSIM_SOURCE_MAX];
+} ulsim_link_t;
+
+typedef struct ulsim_catalog {
+  ulsim_link_t *links;
+  int nlinks;
+  char path[512];
+} ulsim_catalog_t;
+
+typedef enum ulsim_shape {
+  ULSIM_SHAPE_SWITCH = 0, /* every GPU's links go into a switch: any pair gets it all */
+  ULSIM_SHAPE_MESH = 1,   /* point-to-point full mesh: a pair gets links_per_peer links */
+  ULSIM_SHAPE_BUS = 2     /* PCIe: one x16 port per GPU, optional shared cap */
+} ulsim_shape_t;
+
+/* A topology: a node (gpus_per_node GPUs on one scale-up fabric) times nodes, joined
+ * by nics_per_node NICs of one scale-out fabric. */
+typedef struct ulsim_topology {
+  char name[ULSIM_NAME_MAX];
+  char description[256];
+  char sources[1024]; /* "; "-joined */
+  char origin[512];   /* file it came from */
+  int gpus_per_node;
+  int nodes;
+  ulsim_shape_t shape;
+  ulsim_link_t intra;    /* catalog entry with any topology overrides applied */
+  int links_per_gpu;     /* switch / bus */
+  int links_per_peer;    /* mesh */
+  double bus_gbps;       /* bus: shared per-GPU cap (CPU/root complex); 0 = none */
+  int has_switch;
+  ulsim_link_t sw;
+  int has_nvls;
+  ulsim_link_t nvls;
+  int has_inter;
+  ulsim_link_t inter;
+  int nics_per_node;
+  double launch_us;      /* fixed per-call overhead (launch + host sync) */
+  double pipeline_bytes; /* bytes in flight per ring step at full pipeline */
+  int calibrated;        /* 1 if written by `unilink-model calibrate` */
+} ulsim_topology_t;
+
+/* ------------------------------------------------------------------ data files */
+/* Folder with links.json and topologies/: $UNILINK_DATA_DIR, then the source tree
+ * (compiled in), then the install prefix. Returns buf, or NULL (err set). */
+const char *ulsim_data_dir(char *buf, size_t len, char *err, size_t errlen);
+
+/* Parse a catalog. Errors name the file, the entry and the field. */
+ul_result_t ulsim_catalog_parse(const char *text, const char *origin, ulsim_catalog_t *cat,
+                                char *err, size_t errlen);
+ul_result_t ulsim_catalog_load(const char *path, ulsim_catalog_t *cat, char *err, size_t errlen);
+/* Load <data dir>/links.json. */
+ul_result_t ulsim_catalog_load_default(ulsim_catalog_t *cat, char *err, size_t errlen);
+void ulsim_catalog_free(ulsim_catalog_t *cat);
+const ulsim_link_t *ulsim_catalog_find(const ulsim_catalog_t *cat, const char *name);
+
+/* Parse a topology file's text. */
+ul_result_t ulsim_topology_parse(const char *text, const char *origin, const ulsim_catalog_t *cat,
+                                 ulsim_topology_t *t, char *err, size_t errlen);
+/* A preset name ("dgx-h100"), a preset with a node count ("dgx-h100x8"), or a path to a
+ * topology file (contains '/' or ends in .json). */
+ul_result_t ulsim_topology_load(const char *spec, const ulsim_catalog_t *cat, ulsim_topology_t *t,
+                                char *err, size_t errlen);
+/* Preset names found in the data folder, sorted; returns the count (<= max). */
+int ulsim_topology_list(char names[][ULSIM_NAME_MAX], int max, char *err, size_t errlen);
+/* Write t as a self-contained topology file (links embedded, overrides kept). */
+ul_result_t ulsim_topology_write(const ulsim_topology_t *t, FILE *f);
+
+/* ------------------------------------------------------------------ cost model */
+/* Per-GPU bandwidths (GB/s) of a topology for a communicator of nranks. */
+typedef struct ulsim_bw {
+  int nranks, ppn, nnodes;
+  double ring;     /* bus bandwidth a ring inside one node reaches */
+  double pair;     /* one GPU to one peer in the node */
+  double inject;   /* one GPU to all peers at once (direct algorithms) */
+  double nvls_alg; /* NVLS allreduce algorithm bandwidth (0: no NVLS) */
+  double inter;    /* one node's NICs together (0: single node) */
+  double hop_intra[ULSIM_NPROTO];
+  double hop_inter[ULSIM_NPROTO];
+} ulsim_bw_t;
+
+ul_result_t ulsim_bandwidths(const ulsim_topology_t *t, int nranks, ulsim_bw_t *bw, char *err,
+                             size_t errlen);
+
+#define ULSIM_MAX_CAND 48
+typedef struct ulsim_candidate {
+  char algorithm[24];
+  ulsim_proto_t proto;
+  double time_us;
+} ulsim_candidate_t;
+
+typedef struct ulsim_cost {
+  double time_us;        /* modeled duration of the chosen algorithm */
+  char algorithm[24];    /* "ring", "tree", "direct", "two_shot", "nvls", "hier", ... */
+  ulsim_proto_t proto;
+  double size_bytes;     /* nccl-tests size S (total for allgather/RS/alltoall/gather) */
+  double algbw_gbps;     /* S / time */
+  double busbw_gbps;     /* algbw x nccl-tests bus factor */
+  int ncand;
+  ulsim_candidate_t cand[ULSIM_MAX_CAND];
+} ulsim_cost_t;
+
+/* nccl-tests bus-bandwidth factor of a collective for n ranks. */
+double ulsim_bus_factor(ul_coll_t coll, int nranks);
+/* nccl-tests size S from the per-rank byte count unilink records (ul_call_info_t::bytes:
+ * count x dtype size of the public call). */
+double ulsim_size_from_call_bytes(ul_coll_t coll, double call_bytes, int nranks);
+const char *ulsim_proto_name(ulsim_proto_t p);
+
+/* Cost of @p coll of nccl-tests size @p size_bytes over @p nranks ranks of @p t: every
+ * candidate algorithm x protocol, the cheapest chosen. @p force_algo (NULL = choose)
+ * restricts the choice to one algorithm name. */
+ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_bytes, int nranks,
+                       const char *force_algo, ulsim_cost_t *out, char *err, size_t errlen);
+
+/* Parse "1G", "64K", "25MB", "1e9", "512" into bytes. Suffixes K/M/G/T, KB/MB/GB/TB and
+ * KiB/MiB/GiB/TiB are all binary (2^10...), as in nccl-tests -b/-e and PyTorch's
+ * bucket_cap_mb. Returns 0 on success, -1 on malformed text. */
+int ulsim_parse_size(const char *text, double *bytes);
+
+/* -------------------------------------------------------------- training estimator */
+typedef struct ulsim_train_in {
+  double params;          /* N */
+  int gpus;               /* G */
+  double tokens_per_gpu;  /* per step */
+  double gpu_tflops;      /* peak, dense */
+  double mfu;             /* 0..1 */
+  int zero;               /* 0 (DDP) .. 3 */
+  double bucket_bytes;    /* gradient bucket */
+  double overlap;         /* fraction of backward that can hide communication, 0..1 */
+  double grad_bytes;      /* bytes per gradient element (2 = bf16) */
+} ulsim_train_in_t;
+
+typedef struct ulsim_train_out {
+  double compute_s;       /* 6 N tokens / (G peak mfu) */
+  double comm_s;          /* gradient sync (all buckets) */
+  double bucket_us;       /* one bucket's collective */
+  char algorithm[24];
+  double busbw_gbps;      /* achieved per bucket */
+  double exposed_s;       /* communication not hidden by backward */
+  double step_s;
+  double efficiency;      /* compute / step */
+  int nbuckets;
+} ulsim_train_out_t;
+
+ul_result_t ulsim_train(const ulsim_topology_t *t, const ulsim_train_in_t *in,
+                        ulsim_train_out_t *out, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

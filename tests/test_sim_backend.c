@@ -1,0 +1,182 @@
+// UNILINK_TEST_LINK_SHARED
+/* The sim backend through the public API: thread ranks, real data, modeled time in
+ * ul_comm_last_call, modeled links in ul_comm_topology, timeouts and aborts. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unilink/unilink.h>
+
+#define N 4
+
+typedef struct {
+  ul_comm_t comm;
+  int rank;
+  size_t count;
+  ul_result_t rc;
+  int bad;
+  ul_call_info_t info;
+} rank_t;
+
+static void *run_allreduce(void *arg) {
+  rank_t *r = arg;
+  int32_t *buf = malloc(r->count * sizeof *buf);
+  for (size_t i = 0; i < r->count; i++) buf[i] = (int32_t)((r->rank + 1) * (int)(i % 5 + 1));
+  r->rc = ul_allreduce(buf, buf, r->count, UL_INT32, UL_SUM, r->comm, NULL);
+  for (size_t i = 0; r->rc == UL_OK && i < r->count; i++)
+    if (buf[i] != (int32_t)(10 * (int)(i % 5 + 1))) r->bad++;
+  r->info.struct_size = sizeof r->info;
+  ul_comm_last_call(r->comm, &r->info);
+  free(buf);
+  return NULL;
+}
+
+static void init_all(ul_comm_t *comms, const char *backend) {
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = backend;
+  cfg.timeout_ms = 20000;
+  ul_result_t rc = ul_comm_init_all(comms, &cfg, N, NULL);
+  cr_assert_eq(rc, UL_OK, "%s", ul_last_error());
+}
+
+Test(sim_backend, allreduce_is_real_and_time_is_modeled, .timeout = 60) {
+  ul_comm_t comms[N];
+  init_all(comms, "sim:dgx-h100");
+  for (size_t count = 1; count <= 4096; count *= 64) {
+    rank_t r[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+      r[i] = (rank_t){.comm = comms[i], .rank = i, .count = count};
+      pthread_create(&th[i], NULL, run_allreduce, &r[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++) {
+      cr_assert_eq(r[i].rc, UL_OK, "rank %d: %s", i, ul_comm_last_error(comms[i]));
+      cr_expect_eq(r[i].bad, 0, "rank %d: %d wrong elements for count %zu", i, r[i].bad, count);
+      cr_assert_str_eq(r[i].info.backend, "sim");
+      cr_assert_gt(r[i].info.modeled_us, 5.0);
+      cr_assert(strstr(r[i].info.reason, "modeled on dgx-h100"), "%s", r[i].info.reason);
+    }
+    /* 4 KiB on 4 NVSwitch GPUs: the direct one-shot wins (launch 5 + LL base 6.6 + one
+     * 0.6 us hop + 3 x bytes at half of 369 GB/s) */
+    if (count == 1) {
+      cr_assert_str_eq(r[0].info.algorithm, "direct");
+      cr_assert_float_eq(r[0].info.modeled_us, 12.2 + 3 * 4.0 / (184.5e3), 1e-9);
+    }
+  }
+  for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);
+}
+
+Test(sim_backend, topology_is_modeled, .timeout = 30) {
+  ul_comm_t comms[N];
+  init_all(comms, "sim:mi300x-8gpu");
+  ul_link_info_t links[N];
+  cr_assert_eq(ul_comm_topology(comms[1], links, N), UL_OK);
+  cr_assert_eq(links[1].kind, UL_LINK_SELF);
+  cr_assert_eq(links[0].kind, UL_LINK_MODELED);
+  cr_assert_eq(links[0].source, UL_SOURCE_MODELED);
+  cr_assert_float_eq(links[0].bandwidth_gbps, 64.0, 1e-9);
+  cr_assert(strstr(links[0].description, "xgmi-mi300x x1"), "%s", links[0].description);
+  for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);
+}
+
+Test(sim_backend, unknown_topology_is_a_clear_error, .timeout = 30) {
+  ul_comm_t comms[N];
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "sim:nosuch";
+  cr_assert_eq(ul_comm_init_all(comms, &cfg, N, NULL), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "nosuch") && strstr(ul_last_error(), "dgx-h100"), "%s",
+            ul_last_error());
+}
+
+typedef struct {
+  ul_unique_id_t id;
+  int rank;
+  ul_result_t rc;
+  ul_comm_t comm;
+} join_t;
+
+static void *join(void *arg) {
+  join_t *j = arg;
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 300;
+  j->rc = ul_comm_init_rank(&j->comm, &cfg, 3, j->id, j->rank);
+  return NULL;
+}
+
+Test(sim_backend, init_times_out_when_a_rank_is_missing, .timeout = 30) {
+  join_t j[2];
+  pthread_t th[2];
+  ul_unique_id_t id;
+  cr_assert_eq(ul_get_unique_id("sim", &id), UL_OK, "%s", ul_last_error());
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (int i = 0; i < 2; i++) {
+    j[i] = (join_t){.id = id, .rank = i};
+    pthread_create(&th[i], NULL, join, &j[i]);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+  for (int i = 0; i < 2; i++) cr_assert_eq(j[i].rc, UL_ERR_TIMEOUT);
+  cr_assert_lt(ms, 5000.0);
+}
+
+typedef struct {
+  ul_comm_t comm;
+  ul_window_t win;
+  ul_result_t rc;
+} waiter_t;
+
+static void *wait_forever(void *arg) {
+  waiter_t *w = arg;
+  w->rc = ul_wait_signal(w->win, 3, 1, NULL);
+  return NULL;
+}
+
+typedef struct {
+  ul_comm_t comm;
+  void *base;
+  ul_window_t win;
+  ul_result_t rc;
+} reg_t;
+
+static void *reg(void *arg) {
+  reg_t *r = arg;
+  r->rc = ul_window_register(r->comm, r->base, 64, &r->win);
+  return NULL;
+}
+
+Test(sim_backend, one_sided_put_signal_and_abort, .timeout = 30) {
+  ul_comm_t comms[2];
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "sim";
+  cfg.timeout_ms = 20000;
+  cr_assert_eq(ul_comm_init_all(comms, &cfg, 2, NULL), UL_OK, "%s", ul_last_error());
+  char bufs[2][64];
+  memset(bufs, 0, sizeof bufs);
+  reg_t r[2];
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) {
+    r[i] = (reg_t){.comm = comms[i], .base = bufs[i]};
+    pthread_create(&th[i], NULL, reg, &r[i]);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++) cr_assert_eq(r[i].rc, UL_OK, "%s", ul_comm_last_error(comms[i]));
+  const char msg[] = "modeled";
+  cr_assert_eq(ul_put(msg, sizeof msg, 1, r[0].win, 8, NULL), UL_OK);
+  cr_assert_eq(ul_signal(1, r[0].win, 2, NULL), UL_OK);
+  cr_assert_eq(ul_wait_signal(r[1].win, 2, 1, NULL), UL_OK);
+  cr_assert_str_eq(bufs[1] + 8, "modeled");
+  /* a wait nobody satisfies ends with UL_ERR_ABORTED once the comm is aborted */
+  waiter_t w = {.comm = comms[1], .win = r[1].win};
+  pthread_t wt;
+  pthread_create(&wt, NULL, wait_forever, &w);
+  struct timespec ts = {0, 50 * 1000000L};
+  nanosleep(&ts, NULL);
+  cr_assert_eq(ul_comm_abort(comms[1]), UL_OK);
+  pthread_join(wt, NULL);
+  cr_assert_eq(w.rc, UL_ERR_ABORTED, "%s", ul_result_name(w.rc));
+  for (int i = 0; i < 2; i++) ul_comm_destroy(comms[i]);
+}
