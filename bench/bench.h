@@ -1,0 +1,129 @@
+/* Shared declarations of the unilink-bench driver files. */
+#ifndef UNILINK_BENCH_H
+#define UNILINK_BENCH_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bench_ops.h"
+#include "bench_util.h"
+#include "unilink/unilink.h"
+
+/* Exit codes (nccl-tests' testResult_t where one exists). */
+#define BENCH_EXIT_OK 0
+#define BENCH_EXIT_INTERNAL 1
+#define BENCH_EXIT_UNAVAILABLE 2 /* backend / launcher cannot run here */
+#define BENCH_EXIT_LIBRARY 3     /* a unilink call failed (nccl-tests: testNcclError) */
+#define BENCH_EXIT_TIMEOUT 4
+#define BENCH_EXIT_UNSUPPORTED 5
+#define BENCH_EXIT_USAGE 6
+#define BENCH_EXIT_RESULTS 7     /* wrong results or avg busbw below the minimum */
+#define BENCH_EXIT_BADARGS 255   /* nccl-tests returns -1 for bad sizes */
+
+#define BENCH_MAX_BACKENDS 16
+
+typedef struct bench_opts {
+  int p2p;                 /* `unilink-bench p2p` */
+  bench_op_t op;
+  size_t minb, maxb, stepb;
+  long stepf;              /* > 1: multiplicative */
+  int iters, warmup, agg, cycles, check;
+  int ndtypes;
+  ul_dtype_t dtypes[UL_DTYPE_COUNT];
+  int nredops;
+  ul_op_t redops[UL_OP_COUNT];
+  int root;
+  int blocking, average, nthreads, ngpus, timeout_s, per_iter, per_iter_skip;
+  int cputime, timestamps, unalign, model_iters, verbose;
+  const char *json, *plot;
+  int nbackends;
+  char *backends[BENCH_MAX_BACKENDS];
+  int argc;
+  char **argv;
+} bench_opts_t;
+
+/* One side (out-of-place or in-place) of one row. */
+typedef struct bench_side {
+  int valid;        /* measured */
+  int skipped;      /* no such form (alltoall in place) */
+  double time_us, algbw, busbw;
+  double measured_us, modeled_us;
+  int64_t wrong;    /* -1: not checked */
+  int have_stats;
+  bench_stats_t stats; /* microseconds */
+  double *iter_us;     /* per-iteration (max over ranks), iters entries */
+} bench_side_t;
+
+typedef struct bench_row {
+  size_t bytes, count;
+  ul_dtype_t dtype;
+  ul_op_t redop;
+  int root;
+  bench_side_t side[2];
+  char algorithm[32], path[32];
+  int fallback;
+  double roof_pct; /* < 0: none */
+} bench_row_t;
+
+/* A sweep of one backend. */
+typedef struct bench_run {
+  const bench_opts_t *o;
+  const char *backend;      /* as given, with ":options" */
+  char base[64];            /* name before ':' */
+  ul_backend_info_t info;
+  int modeled;
+  int mpi, proc, nprocs;    /* launched by mpirun: one rank per process */
+  int nranks, nlocal, first_rank;
+  int nthreads, ngpus;
+  ul_comm_t *comms;
+  ul_stream_t *streams;
+  char **sbuf, **rbuf;
+  size_t bufbytes;
+  /* thread sync */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int bar_count, bar_gen, bar_broken;
+  double *xch;
+  size_t xch_per_rank;
+  /* results (written by the reporting thread) */
+  bench_row_t *rows;
+  int nrows, caprows;
+  int errors;               /* rows x sides with wrong elements */
+  double bw_sum;
+  int bw_count;
+  double membw;             /* host roofline, GB/s; 0 if none */
+  int printing;             /* this process prints the nccl-tests table */
+  int fault_wrong;          /* UNILINK_BENCH_FAULT=wrong test hook */
+  /* failure */
+  ul_result_t fail_rc;
+  char fail_msg[512];
+  double t_start;
+  int progress_shown;
+} bench_run_t;
+
+double bench_now(void);
+/* Barrier of the local threads of a run (and of all processes when mpi). Returns -1
+ * when the run failed on another thread. */
+int bench_barrier(bench_run_t *r, int thread);
+/* Every rank contributes k doubles; all[rank*k + j] receives everyone's. */
+int bench_exchange(bench_run_t *r, int thread, const double *mine, int k, double *all);
+void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...);
+
+/* main sweep */
+int bench_run_sweep(bench_run_t *r);
+/* memory bandwidth (read+write GB/s) of a 2-thread copy of 256 MiB buffers */
+double bench_measure_membw(void);
+/* p2p matrices */
+int bench_p2p_main(const bench_opts_t *o);
+/* JSON and plot */
+int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns);
+int bench_write_plot(const bench_opts_t *o, bench_run_t **runs, int nruns);
+/* communicator setup shared with p2p */
+int bench_comms_create(bench_run_t *r);
+void bench_comms_destroy(bench_run_t *r);
+int bench_exit_for(ul_result_t rc);
+void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r);
+void bench_print_devices(const bench_run_t *r);
+
+#endif

@@ -1,0 +1,53 @@
+/* Per-operation descriptors of unilink-bench: which buffers a call uses, how to issue
+ * it through the public API, how to seed its inputs and count wrong outputs. */
+#ifndef UNILINK_BENCH_OPS_H
+#define UNILINK_BENCH_OPS_H
+
+#include <stdint.h>
+
+#include "bench_util.h"
+#include "unilink/unilink.h"
+
+/** One rank's view of one benchmark step. */
+typedef struct bench_call {
+  bench_op_t op;
+  ul_dtype_t dtype;
+  ul_op_t redop;
+  int root;
+  int rank, nranks;
+  bench_counts_t counts;
+  size_t es;      /* element size */
+  int in_place;
+  char *sbuf;     /* send buffer base (out of place) */
+  char *rbuf;     /* receive buffer base; in place uses only this one */
+  ul_comm_t comm;
+  ul_stream_t stream;
+} bench_call_t;
+
+/** A descriptor: what nccl-tests calls a test engine, in three functions. */
+typedef struct bench_op_desc {
+  bench_op_t op;
+  /* send/recv pointers of this call (NULL where the API allows it off root) */
+  void (*ptrs)(const bench_call_t *c, const void **send, void **recv);
+  /* issue the call */
+  ul_result_t (*run)(const bench_call_t *c, const void *send, void *recv);
+  /* expected value of element i of this rank's result; returns 0 when this rank has
+   * no result to check (e.g. reduce off root) */
+  int (*expect)(const bench_call_t *c, const bench_gen_t *g, size_t i, double *value);
+  /* number of result elements on this rank */
+  size_t (*result_count)(const bench_call_t *c);
+} bench_op_desc_t;
+
+const bench_op_desc_t *bench_op_desc(bench_op_t op);
+
+/** Issue the call of @p c. */
+ul_result_t bench_call_run(const bench_call_t *c);
+/** Poison the result area and write seeded inputs for this rank. */
+void bench_call_fill(const bench_call_t *c, uint64_t seed);
+/** Count result elements that differ from the exact expectation. */
+int64_t bench_call_check(const bench_call_t *c, uint64_t seed);
+
+/** nccl-tests' type name for a dtype ("float", "half", "bfloat16", "f8e4m3" ...). */
+const char *bench_dtype_nccl_name(ul_dtype_t dtype);
+
+#endif

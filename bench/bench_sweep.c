@@ -1,0 +1,838 @@
+/* The measurement loop of unilink-bench: communicators, threads, timing, checking,
+ * and the nccl-tests table rows. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+double bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int bench_exit_for(ul_result_t rc) {
+  switch (rc) {
+  case UL_OK: return BENCH_EXIT_OK;
+  case UL_ERR_TIMEOUT: return BENCH_EXIT_TIMEOUT;
+  case UL_ERR_UNSUPPORTED: return BENCH_EXIT_UNSUPPORTED;
+  case UL_ERR_UNAVAILABLE: return BENCH_EXIT_UNAVAILABLE;
+  case UL_ERR_INVALID_USAGE: return BENCH_EXIT_USAGE;
+  case UL_ERR_INTERNAL: return BENCH_EXIT_INTERNAL;
+  default: return BENCH_EXIT_LIBRARY;
+  }
+}
+
+void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...) {
+  pthread_mutex_lock(&r->mu);
+  if (r->fail_rc == UL_OK) {
+    r->fail_rc = rc == UL_OK ? UL_ERR_INTERNAL : rc;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->fail_msg, sizeof r->fail_msg, fmt, ap);
+    va_end(ap);
+  }
+  /* wake every thread waiting in bench_barrier: the run is over */
+  r->bar_broken = 1;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* A breakable barrier (pthread_barrier cannot be cancelled when a thread fails). */
+static int bench_local_barrier(bench_run_t *r) {
+  pthread_mutex_lock(&r->mu);
+  if (r->bar_broken) { pthread_mutex_unlock(&r->mu); return -1; }
+  int gen = r->bar_gen;
+  if (++r->bar_count == r->nthreads) {
+    r->bar_count = 0;
+    r->bar_gen++;
+    pthread_cond_broadcast(&r->cv);
+  } else {
+    while (gen == r->bar_gen && !r->bar_broken) pthread_cond_wait(&r->cv, &r->mu);
+  }
+  int broken = r->bar_broken;
+  pthread_mutex_unlock(&r->mu);
+  return broken ? -1 : 0;
+}
+
+int bench_barrier(bench_run_t *r, int thread) {
+  if (bench_local_barrier(r) != 0) return -1;
+  if (r->mpi) {
+    /* one rank per process: the communicator itself synchronises processes */
+    ul_result_t rc = ul_barrier(r->comms[0], NULL);
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "ul_barrier: %s", ul_comm_last_error(r->comms[0]));
+      return -1;
+    }
+  }
+  (void)thread;
+  return 0;
+}
+
+/* Every rank contributes k doubles; on return all[rank*k + j] holds everyone's. */
+int bench_exchange(bench_run_t *r, int thread, const double *mine, int k, double *all) {
+  size_t per = r->xch_per_rank;
+  int first_local = thread * r->ngpus;
+  if (bench_local_barrier(r) != 0) return -1;
+  if (thread == 0 && r->mpi) memset(r->xch, 0, sizeof(double) * per * (size_t)r->nranks);
+  if (bench_local_barrier(r) != 0) return -1;
+  for (int g = 0; g < r->ngpus; g++) {
+    int rank = r->first_rank + first_local + g;
+    memcpy(r->xch + (size_t)rank * per, mine + (size_t)g * k, sizeof(double) * (size_t)k);
+  }
+  if (bench_local_barrier(r) != 0) return -1;
+  if (r->mpi) {
+    /* slots of other processes are zero here: a sum is a gather */
+    ul_result_t rc = ul_allreduce(r->xch, r->xch, per * (size_t)r->nranks, UL_FP64, UL_SUM,
+                                  r->comms[0], NULL);
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "result exchange (ul_allreduce fp64): %s", ul_comm_last_error(r->comms[0]));
+      return -1;
+    }
+  }
+  for (int q = 0; q < r->nranks; q++)
+    memcpy(all + (size_t)q * k, r->xch + (size_t)q * per, sizeof(double) * (size_t)k);
+  return bench_local_barrier(r);
+}
+
+/* ---------------------------------------------------------------------------- */
+/* communicators                                                                  */
+/* ---------------------------------------------------------------------------- */
+
+typedef struct bench_init_arg {
+  bench_run_t *r;
+  ul_unique_id_t id;
+  int local;
+  ul_result_t rc;
+} bench_init_arg_t;
+
+static void bench_config(const bench_run_t *r, ul_config_t *cfg) {
+  ul_config_t init = UL_CONFIG_INIT;
+  *cfg = init;
+  cfg->backend = r->backend;
+  if (r->o->timeout_s > 0) cfg->timeout_ms = r->o->timeout_s * 1000;
+  cfg->name = "unilink-bench";
+}
+
+static void *bench_init_thread(void *p) {
+  bench_init_arg_t *a = p;
+  ul_config_t cfg;
+  bench_config(a->r, &cfg);
+  a->rc = ul_comm_init_rank(&a->r->comms[a->local], &cfg, a->r->nranks, a->id,
+                            a->r->first_rank + a->local);
+  return NULL;
+}
+
+int bench_comms_create(bench_run_t *r) {
+  r->comms = calloc((size_t)r->nlocal, sizeof(ul_comm_t));
+  r->streams = calloc((size_t)r->nlocal, sizeof(ul_stream_t));
+  if (!r->comms || !r->streams) return BENCH_EXIT_INTERNAL;
+  ul_result_t rc;
+  if (r->mpi) {
+    ul_unique_id_t id;
+    int rank = 0, n = 0;
+    rc = ul_bootstrap_mpi(r->backend, &id, &rank, &n);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_bootstrap_mpi(%s): %s: %s\n", r->backend,
+              ul_result_name(rc), ul_last_error());
+      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
+    }
+    r->proc = rank;
+    r->nprocs = n;
+    r->nranks = n;
+    r->first_rank = rank;
+    ul_config_t cfg;
+    bench_config(r, &cfg);
+    rc = ul_comm_init_rank(&r->comms[0], &cfg, n, id, rank);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+              rank, n, ul_result_name(rc), ul_last_error());
+      return bench_exit_for(rc);
+    }
+  } else if (r->nthreads == 1 && r->ngpus > 1) {
+    /* -g G on one thread: one process driving G ranks, as ncclCommInitAll */
+    ul_config_t cfg;
+    bench_config(r, &cfg);
+    rc = ul_comm_init_all(r->comms, &cfg, r->ngpus, NULL);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_all(%s, %d ranks): %s: %s\n", r->backend,
+              r->ngpus, ul_result_name(rc), ul_last_error());
+      return bench_exit_for(rc);
+    }
+  } else {
+    ul_unique_id_t id;
+    rc = ul_get_unique_id(r->backend, &id);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_get_unique_id(%s): %s: %s\n", r->backend,
+              ul_result_name(rc), ul_last_error());
+      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
+    }
+    /* every rank joins from its own thread: ul_comm_init_rank waits for all */
+    bench_init_arg_t *args = calloc((size_t)r->nlocal, sizeof *args);
+    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
+    if (!args || !th) { free(args); free(th); return BENCH_EXIT_INTERNAL; }
+    for (int i = 0; i < r->nlocal; i++) {
+      args[i].r = r;
+      args[i].id = id;
+      args[i].local = i;
+      if (pthread_create(&th[i], NULL, bench_init_thread, &args[i]) != 0) {
+        args[i].rc = UL_ERR_SYSTEM;
+        th[i] = 0;
+      }
+    }
+    int bad = -1;
+    for (int i = 0; i < r->nlocal; i++) {
+      if (th[i]) pthread_join(th[i], NULL);
+      if (args[i].rc != UL_OK && bad < 0) bad = i;
+    }
+    if (bad >= 0) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+              bad, r->nranks, ul_result_name(args[bad].rc),
+              r->comms[bad] ? ul_comm_last_error(r->comms[bad]) : ul_last_error());
+      int code = bench_exit_for(args[bad].rc);
+      free(args);
+      free(th);
+      return code;
+    }
+    free(args);
+    free(th);
+  }
+  if (r->ngpus > 1) {
+    /* one thread drives several ranks: calls must be enqueued, not run in place */
+    for (int i = 0; i < r->nlocal; i++) {
+      rc = ul_stream_create(r->comms[i], &r->streams[i]);
+      if (rc != UL_OK) {
+        fprintf(stderr, "unilink-bench: -g %d needs streams on backend %s: ul_stream_create: %s: %s\n",
+                r->ngpus, r->backend, ul_result_name(rc), ul_comm_last_error(r->comms[i]));
+        return bench_exit_for(rc);
+      }
+    }
+  }
+  return BENCH_EXIT_OK;
+}
+
+static void *bench_fini_thread(void *p) {
+  ul_comm_t comm = *(ul_comm_t *)p;
+  /* finalize is collective: each rank needs its own thread, like init */
+  ul_comm_finalize(comm);
+  ul_comm_destroy(comm);
+  return NULL;
+}
+
+void bench_comms_destroy(bench_run_t *r) {
+  for (int i = 0; r->streams && i < r->nlocal; i++)
+    if (r->streams[i]) ul_stream_destroy(r->streams[i]);
+  if (r->comms && r->fail_rc != UL_OK) {
+    /* a failed run: never wait for peers */
+    for (int i = 0; i < r->nlocal; i++)
+      if (r->comms[i]) ul_comm_abort(r->comms[i]);
+  } else if (r->comms) {
+    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
+    for (int i = 0; i < r->nlocal; i++) {
+      if (!r->comms[i]) continue;
+      if (!th || pthread_create(&th[i], NULL, bench_fini_thread, &r->comms[i]) != 0) {
+        if (th) th[i] = 0;
+        ul_comm_destroy(r->comms[i]); /* local; peers see us leave */
+      }
+    }
+    for (int i = 0; th && i < r->nlocal; i++)
+      if (th[i]) pthread_join(th[i], NULL);
+    free(th);
+  }
+  free(r->comms);
+  free(r->streams);
+  r->comms = NULL;
+  r->streams = NULL;
+}
+
+/* ---------------------------------------------------------------------------- */
+/* memory bandwidth for the roofline                                              */
+/* ---------------------------------------------------------------------------- */
+
+typedef struct bench_copy_arg {
+  char *dst;
+  const char *src;
+  size_t bytes;
+} bench_copy_arg_t;
+
+static void *bench_copy_thread(void *p) {
+  bench_copy_arg_t *a = p;
+  memcpy(a->dst, a->src, a->bytes);
+  return NULL;
+}
+
+double bench_measure_membw(void) {
+  const size_t bytes = (size_t)256 << 20;
+  char *src = malloc(bytes), *dst = malloc(bytes);
+  if (!src || !dst) { free(src); free(dst); return 0.0; }
+  /* touch every page so the timing does not include first-touch faults */
+  memset(src, 1, bytes);
+  memset(dst, 0, bytes);
+  double best = 0.0;
+  for (int rep = 0; rep < 3; rep++) {
+    pthread_t th[2];
+    bench_copy_arg_t a[2];
+    double t0 = bench_now();
+    for (int i = 0; i < 2; i++) {
+      a[i].dst = dst + i * (bytes / 2);
+      a[i].src = src + i * (bytes / 2);
+      a[i].bytes = bytes / 2;
+      if (pthread_create(&th[i], NULL, bench_copy_thread, &a[i]) != 0) {
+        bench_copy_thread(&a[i]);
+        th[i] = 0;
+      }
+    }
+    for (int i = 0; i < 2; i++)
+      if (th[i]) pthread_join(th[i], NULL);
+    double dt = bench_now() - t0;
+    /* read + write: every byte is read once and written once */
+    double gbs = dt > 0 ? 2.0 * (double)bytes / dt / 1e9 : 0.0;
+    if (gbs > best) best = gbs;
+  }
+  free(src);
+  free(dst);
+  return best;
+}
+
+/* ---------------------------------------------------------------------------- */
+/* the sweep                                                                      */
+/* ---------------------------------------------------------------------------- */
+
+typedef struct bench_thread {
+  bench_run_t *r;
+  int t;
+  bench_call_t *calls; /* ngpus */
+  double *mine, *all;  /* exchange scratch */
+} bench_thread_t;
+
+/* Issue one operation on all ranks of this thread; with streams, optionally wait. */
+static int bench_issue(bench_thread_t *T, int wait) {
+  bench_run_t *r = T->r;
+  for (int g = 0; g < r->ngpus; g++) {
+    ul_result_t rc = bench_call_run(&T->calls[g]);
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "%s on rank %d (%s): %s: %s", bench_op_name(T->calls[g].op),
+                 T->calls[g].rank, r->backend, ul_result_name(rc),
+                 ul_comm_last_error(T->calls[g].comm));
+      return -1;
+    }
+  }
+  if (wait) {
+    for (int g = 0; g < r->ngpus; g++) {
+      if (!T->calls[g].stream) continue;
+      ul_result_t rc = ul_stream_synchronize(T->calls[g].stream);
+      if (rc != UL_OK) {
+        bench_fail(r, rc, "ul_stream_synchronize on rank %d (%s): %s: %s", T->calls[g].rank,
+                   r->backend, ul_result_name(rc), ul_comm_last_error(T->calls[g].comm));
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
+static int bench_complete(bench_thread_t *T) {
+  bench_run_t *r = T->r;
+  for (int g = 0; g < r->ngpus; g++) {
+    if (!T->calls[g].stream) continue;
+    ul_result_t rc = ul_stream_synchronize(T->calls[g].stream);
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "ul_stream_synchronize on rank %d: %s", T->calls[g].rank,
+                 ul_comm_last_error(T->calls[g].comm));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static double bench_modeled_last(bench_thread_t *T) {
+  /* the slowest local rank's modeled duration of its last call */
+  double m = 0;
+  for (int g = 0; g < T->r->ngpus; g++) {
+    ul_call_info_t ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    if (ul_comm_last_call(T->calls[g].comm, &ci) == UL_OK && ci.modeled_us > m) m = ci.modeled_us;
+  }
+  return m;
+}
+
+static void bench_setup(bench_thread_t *T, size_t bytes, ul_dtype_t dt, ul_op_t redop, int root,
+                        int in_place) {
+  bench_run_t *r = T->r;
+  size_t es = ul_dtype_size(dt);
+  for (int g = 0; g < r->ngpus; g++) {
+    int local = T->t * r->ngpus + g;
+    bench_call_t *c = &T->calls[g];
+    c->op = r->o->op;
+    c->dtype = dt;
+    c->redop = redop;
+    c->root = root;
+    c->rank = r->first_rank + local;
+    c->nranks = r->nranks;
+    c->es = es;
+    bench_counts(c->op, bytes, es, r->nranks, &c->counts);
+    c->in_place = in_place;
+    c->sbuf = r->sbuf[local] + (size_t)r->o->unalign * es;
+    c->rbuf = r->rbuf[local] + (size_t)r->o->unalign * es;
+    c->comm = r->comms[local];
+    c->stream = r->streams[local];
+  }
+}
+
+static double bench_reduce_time(const bench_run_t *r, const double *all, int k, int j) {
+  /* -a: 0 rank 0, 1 average, 2 min, 3 max over ranks */
+  double acc = all[j];
+  for (int q = 1; q < r->nranks; q++) {
+    double v = all[(size_t)q * k + j];
+    switch (r->o->average) {
+    case 0: break;
+    case 2: acc = v < acc ? v : acc; break;
+    case 3: acc = v > acc ? v : acc; break;
+    default: acc += v; break;
+    }
+  }
+  if (r->o->average == 1) acc /= r->nranks;
+  return acc;
+}
+
+
+/* Per-thread seed counter: every thread draws the same sequence, so all ranks of a
+ * check use the same seed. */
+typedef struct bench_side_ctx {
+  uint64_t rep;
+} bench_side_ctx_t;
+
+static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_bytes,
+                          bench_row_t *row, int side) {
+  bench_run_t *r = T->r;
+  const bench_opts_t *o = r->o;
+  int report = T->t == 0;
+  bench_side_t *S = &row->side[side];
+  if (side == 1 && !bench_op_has_inplace(o->op)) {
+    if (report) S->skipped = 1;
+    return 0;
+  }
+  int iters = o->iters;
+  if (r->modeled && o->model_iters > 0 && o->model_iters < iters) iters = o->model_iters;
+  int agg = o->agg < 1 ? 1 : o->agg;
+  bench_setup(T, req_bytes, row->dtype, row->redop, row->root, side);
+  /* timed calls run on zeros: cheap to write, and no denormals or NaNs from leftover
+   * data can slow the reduction down (checked calls below use seeded data) */
+  if (bench_barrier(r, T->t)) return -1;
+  for (int g = 0; g < r->ngpus; g++) {
+    const bench_call_t *c = &T->calls[g];
+    size_t n = c->counts.sendcount > c->counts.recvcount ? c->counts.sendcount : c->counts.recvcount;
+    if (n) {
+      memset(c->sbuf, 0, n * c->es);
+      memset(c->rbuf, 0, n * c->es);
+    }
+  }
+  /* one untimed call so every rank starts the timed loop in step */
+  if (bench_barrier(r, T->t) || bench_issue(T, 1) || bench_barrier(r, T->t)) return -1;
+
+  int per_iter = o->per_iter;
+  double *it_us = T->mine + 3; /* mine = [time, measured, modeled, iters...] per rank */
+  int k = 3 + (per_iter ? iters : 0);
+  double modeled_sum = 0.0, excluded = 0.0;
+  int wait_each = per_iter || o->blocking != 0 || r->modeled;
+  double t0 = bench_now();
+  for (int it = 0; it < iters; it++) {
+    double ti = bench_now();
+    double mod_it = 0.0;
+    for (int a = 0; a < agg; a++) {
+      if (bench_issue(T, wait_each)) return -1;
+      if (r->modeled && wait_each) mod_it += bench_modeled_last(T);
+    }
+    if (per_iter) {
+      if (bench_complete(T)) return -1;
+      double us = (bench_now() - ti) * 1e6 / agg;
+      it_us[it] = r->modeled ? mod_it / agg : us;
+    }
+    modeled_sum += mod_it;
+    if (o->blocking == 1) {
+      if (bench_barrier(r, T->t)) return -1;
+    } else if (o->blocking == 3) {
+      double tb = bench_now();
+      if (bench_barrier(r, T->t)) return -1;
+      excluded += bench_now() - tb; /* -z 3 reports time without the barrier */
+    }
+  }
+  if (bench_complete(T)) return -1;
+  double elapsed = bench_now() - t0 - excluded;
+  double measured_us = elapsed * 1e6 / ((double)iters * agg);
+  double modeled_us = r->modeled ? modeled_sum / ((double)iters * agg) : 0.0;
+
+  /* what the library chose for this size (out of place only) */
+  if (report && side == 0) {
+    ul_call_info_t ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    if (ul_comm_last_call(T->calls[0].comm, &ci) == UL_OK) {
+      snprintf(row->algorithm, sizeof row->algorithm, "%s", ci.algorithm[0] ? ci.algorithm : "-");
+      snprintf(row->path, sizeof row->path, "%s", ci.path[0] ? ci.path : "-");
+      row->fallback = ci.fallback;
+    } else {
+      snprintf(row->algorithm, sizeof row->algorithm, "-");
+      snprintf(row->path, sizeof row->path, "-");
+    }
+  }
+
+  for (int g = 0; g < r->ngpus; g++) {
+    double *m = T->mine + (size_t)g * k;
+    if (g > 0 && per_iter) memcpy(m + 3, it_us, sizeof(double) * (size_t)iters);
+    m[0] = r->modeled ? modeled_us : measured_us;
+    m[1] = measured_us;
+    m[2] = modeled_us;
+  }
+  if (bench_exchange(r, T->t, T->mine, k, T->all)) return -1;
+  if (report) {
+    S->valid = 1;
+    S->time_us = bench_reduce_time(r, T->all, k, 0);
+    S->measured_us = bench_reduce_time(r, T->all, k, 1);
+    S->modeled_us = r->modeled ? bench_reduce_time(r, T->all, k, 2) : 0.0;
+    bench_bw(o->op, T->calls[0].counts.paramcount, T->calls[0].es, S->time_us * 1e-6, r->nranks,
+             &S->algbw, &S->busbw);
+    if (per_iter) {
+      /* per iteration, the slowest rank (as nccl-tests: max over processes) */
+      S->iter_us = calloc((size_t)iters, sizeof(double));
+      if (S->iter_us) {
+        for (int it = 0; it < iters; it++) {
+          double mx = 0;
+          for (int q = 0; q < r->nranks; q++) {
+            double v = T->all[(size_t)q * k + 3 + it];
+            mx = v > mx ? v : mx;
+          }
+          S->iter_us[it] = mx;
+        }
+        int skip = o->per_iter_skip < iters ? o->per_iter_skip : 0;
+        S->have_stats = bench_stats(S->iter_us + skip, iters - skip, &S->stats) == 0;
+      }
+    }
+  }
+
+  /* correctness: -c checked calls with fresh seeds */
+  int64_t wrong_total = 0;
+  for (int c = 0; c < o->check; c++) {
+    uint64_t seed = ++sc->rep;
+    if (bench_barrier(r, T->t)) return -1;
+    for (int g = 0; g < r->ngpus; g++) bench_call_fill(&T->calls[g], seed);
+    if (bench_barrier(r, T->t) || bench_issue(T, 1)) return -1;
+    if (r->fault_wrong) {
+      /* test hook (UNILINK_BENCH_FAULT=wrong): corrupt one result element of rank 0 so
+       * the #wrong path and exit code can be tested */
+      for (int g = 0; g < r->ngpus; g++) {
+        const void *fs;
+        void *fr;
+        bench_op_desc(T->calls[g].op)->ptrs(&T->calls[g], &fs, &fr);
+        if (T->calls[g].rank == 0 && fr && bench_op_desc(T->calls[g].op)->result_count(&T->calls[g]))
+          ((unsigned char *)fr)[0] ^= 0x5a;
+      }
+    }
+    double *w = T->mine;
+    for (int g = 0; g < r->ngpus; g++) w[g] = (double)bench_call_check(&T->calls[g], seed);
+    if (bench_exchange(r, T->t, w, 1, T->all)) return -1;
+    wrong_total = 0;
+    for (int q = 0; q < r->nranks; q++) wrong_total += (int64_t)T->all[q];
+    if (wrong_total) break;
+  }
+  if (report) S->wrong = o->check ? wrong_total : -1;
+  return 0;
+}
+
+/* ---- printing (nccl-tests src/util.cu column layout) ------------------------- */
+
+static void bench_print_side(const bench_run_t *r, const bench_side_t *S) {
+  char t[16], a[16], b[16];
+  if (S->skipped || !S->valid) {
+    /* no in-place alltoall in the unilink API: keep the column count */
+    printf("  %7s  %6s  %6s  %6s", "n/a", "n/a", "n/a", "n/a");
+    if (r->o->per_iter) printf("  %7s  %7s  %7s  %7s", "n/a", "n/a", "n/a", "n/a");
+    return;
+  }
+  bench_format_num(S->time_us, 7, t, sizeof t);
+  bench_format_num(S->algbw, 6, a, sizeof a);
+  bench_format_num(S->busbw, 6, b, sizeof b);
+  if (S->wrong >= 0)
+    printf("  %7s  %6s  %6s  %6g", t, a, b, (double)S->wrong);
+  else
+    printf("  %7s  %6s  %6s    N/A", t, a, b);
+  if (r->o->per_iter) {
+    char m1[16], m2[16], m3[16], m4[16];
+    if (S->have_stats) {
+      bench_format_num(S->stats.min, 7, m1, sizeof m1);
+      bench_format_num(S->stats.median, 7, m2, sizeof m2);
+      bench_format_num(S->stats.p99, 7, m3, sizeof m3);
+      bench_format_num(S->stats.cv_pct, 7, m4, sizeof m4);
+      printf("  %7s  %7s  %7s  %7s", m1, m2, m3, m4);
+    } else {
+      printf("  %7s  %7s  %7s  %7s", "n/a", "n/a", "n/a", "n/a");
+    }
+  }
+}
+
+static void bench_print_header(const bench_run_t *r) {
+  const bench_opts_t *o = r->o;
+  const char *tl = o->cputime ? "cputime" : "time";
+  const char *tail1 = r->membw > 0 ? "%roof" : "";
+  printf("#\n");
+  if (o->per_iter) {
+    printf("# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                in-place (+ per-iteration)\n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %6s  %s\n",
+           "size", "count", "type", "redop", "root", tl, "algbw", "busbw", "#wrong", "i_min",
+           "i_med", "i_p99", "i_cv%", tl, "algbw", "busbw", "#wrong", "i_min", "i_med", "i_p99",
+           "i_cv%", tail1, "algorithm");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n",
+           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)",
+           "(%)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)");
+  } else {
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %6s  %s\n", "size",
+           "count", "type", "redop", "root", tl, "algbw", "busbw", "#wrong", tl, "algbw", "busbw",
+           "#wrong", tail1, "algorithm");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  }
+  fflush(stdout);
+}
+
+static void bench_print_row(const bench_run_t *r, const bench_row_t *row) {
+  const bench_opts_t *o = r->o;
+  const char *redop = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV ? ul_op_name(row->redop)
+                                                                          : "none";
+  printf("%12zu  %12zu  %8s  %6s  %6d", row->bytes, row->count, bench_dtype_nccl_name(row->dtype),
+         redop, row->root);
+  bench_print_side(r, &row->side[0]);
+  bench_print_side(r, &row->side[1]);
+  if (r->membw > 0) {
+    if (row->roof_pct >= 0)
+      printf("  %6.1f", row->roof_pct);
+    else
+      printf("  %6s", "n/a");
+  } else {
+    printf("  %6s", "");
+  }
+  printf("  %s%s", row->algorithm[0] ? row->algorithm : "-", row->fallback ? "(fallback)" : "");
+  if (o->timestamps) {
+    char buf[64];
+    time_t now = time(NULL);
+    struct tm tmv;
+    localtime_r(&now, &tmv);
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tmv);
+    printf("  %s", buf);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+static int bench_count_sizes(const bench_opts_t *o) {
+  int n = 0;
+  for (size_t s = o->minb; s <= o->maxb; s = o->stepf > 1 ? s * (size_t)o->stepf : s + o->stepb) {
+    n++;
+    if (s == 0 && o->stepf > 1) break;
+  }
+  return n;
+}
+
+static void bench_progress(bench_run_t *r, int done, int total, size_t bytes) {
+  if (!r->printing || !isatty(2)) return;
+  double el = bench_now() - r->t_start;
+  if (el < 1.0 && !r->progress_shown) return; /* quiet for short sweeps */
+  fprintf(stderr, "\r# %s %s: %d/%d sizes, %zu B, %.0f s   ", r->backend, bench_op_name(r->o->op),
+          done, total, bytes, el);
+  fflush(stderr);
+  r->progress_shown = 1;
+}
+
+static void bench_progress_clear(bench_run_t *r) {
+  if (r->progress_shown) {
+    fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+    r->progress_shown = 0;
+  }
+}
+
+static int bench_add_row(bench_run_t *r, const bench_row_t *row) {
+  if (r->nrows == r->caprows) {
+    int cap = r->caprows ? r->caprows * 2 : 32;
+    bench_row_t *n = realloc(r->rows, sizeof *n * (size_t)cap);
+    if (!n) return -1;
+    r->rows = n;
+    r->caprows = cap;
+  }
+  r->rows[r->nrows++] = *row;
+  return 0;
+}
+
+static void *bench_thread_main(void *p) {
+  bench_thread_t *T = p;
+  bench_run_t *r = T->r;
+  const bench_opts_t *o = r->o;
+  bench_side_ctx_t sc = {0};
+  int total = bench_count_sizes(o);
+  int nroots = 1;
+  int op_roots = bench_op_rooted(o->op);
+  for (int di = 0; di < o->ndtypes; di++) {
+    ul_dtype_t dt = o->dtypes[di];
+    int nred = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV ? o->nredops : 1;
+    for (int oi = 0; oi < nred; oi++) {
+      ul_op_t redop = o->redops[oi];
+      for (int ri = 0; ri < nroots; ri++) {
+        int root = op_roots ? o->root : -1;
+        /* warm-up over all sizes with factor 2, as nccl-tests */
+        for (size_t s = o->minb; s <= o->maxb && o->warmup > 0; s = s ? s * 2 : 1) {
+          bench_setup(T, s, dt, redop, root < 0 ? 0 : root, 0);
+          for (int w = 0; w < o->warmup; w++)
+            if (bench_issue(T, 1)) return NULL;
+        }
+        for (int cyc = 0; cyc < (o->cycles < 1 ? 1 : o->cycles); cyc++) {
+          int done = 0;
+          for (size_t s = o->minb; s <= o->maxb;
+               s = o->stepf > 1 ? s * (size_t)o->stepf : s + o->stepb) {
+            bench_row_t row;
+            memset(&row, 0, sizeof row);
+            row.dtype = dt;
+            row.redop = redop;
+            row.root = root;
+            row.roof_pct = -1;
+            for (int side = 0; side < 2; side++)
+              if (bench_one_side(T, &sc, s, &row, side)) return NULL;
+            if (T->t == 0) {
+              row.bytes = bench_row_bytes(&T->calls[0].counts, T->calls[0].es);
+              row.count = T->calls[0].counts.paramcount;
+              if (r->membw > 0 && row.side[0].valid) {
+                double roof = bench_roof_busbw(o->op, r->nranks, r->membw);
+                row.roof_pct = roof > 0 ? row.side[0].busbw / roof * 100.0 : -1;
+              }
+              for (int side = 0; side < 2; side++) {
+                bench_side_t *S = &row.side[side];
+                if (!S->valid) continue;
+                r->bw_sum += S->busbw;
+                r->bw_count++;
+                if (S->wrong > 0) r->errors++;
+              }
+              if (r->printing) {
+                bench_progress_clear(r);
+                if (o->verbose || o->nbackends <= 1) bench_print_row(r, &row);
+              }
+              if (bench_add_row(r, &row)) {
+                bench_fail(r, UL_ERR_NO_MEMORY, "out of memory for result rows");
+                return NULL;
+              }
+              bench_progress(r, ++done, total, s);
+            }
+            if (s == 0 && o->stepf > 1) break;
+          }
+        }
+      }
+    }
+  }
+  return NULL;
+}
+
+int bench_run_sweep(bench_run_t *r) {
+  const bench_opts_t *o = r->o;
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  int code = bench_comms_create(r);
+  if (code != BENCH_EXIT_OK) {
+    bench_comms_destroy(r);
+    return code;
+  }
+  r->printing = !r->mpi || r->proc == 0;
+  const char *fault = getenv("UNILINK_BENCH_FAULT");
+  r->fault_wrong = fault && strcmp(fault, "wrong") == 0;
+  if (r->printing && (o->verbose || o->nbackends <= 1)) {
+    if (r->mpi) bench_print_preamble(o, r);
+    bench_print_devices(r);
+  }
+  /* buffers: the largest step fits in maxbytes (+ misalignment) for every operation */
+  r->bufbytes = o->maxb + (size_t)o->unalign * 8 + 64;
+  r->sbuf = calloc((size_t)r->nlocal, sizeof(char *));
+  r->rbuf = calloc((size_t)r->nlocal, sizeof(char *));
+  int *from_ul = calloc((size_t)r->nlocal * 2, sizeof(int));
+  if (!r->sbuf || !r->rbuf || !from_ul) return BENCH_EXIT_INTERNAL;
+  for (int i = 0; i < r->nlocal; i++) {
+    char **bufs[2] = {&r->sbuf[i], &r->rbuf[i]};
+    for (int b = 0; b < 2; b++) {
+      void *p = NULL;
+      /* memory from the backend may take zero-copy paths, as ncclMemAlloc in nccl-tests */
+      if (ul_mem_alloc(r->comms[i], r->bufbytes, &p) == UL_OK && p) {
+        from_ul[i * 2 + b] = 1;
+      } else if (posix_memalign(&p, 4096, r->bufbytes) != 0) {
+        p = NULL;
+      }
+      if (!p) {
+        fprintf(stderr, "unilink-bench: cannot allocate %zu bytes for rank %d\n", r->bufbytes,
+                r->first_rank + i);
+        return BENCH_EXIT_INTERNAL;
+      }
+      memset(p, 0, r->bufbytes);
+      *bufs[b] = p;
+    }
+  }
+  int kmax = 3 + o->iters;
+  r->xch_per_rank = (size_t)kmax;
+  r->xch = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
+  bench_thread_t *th = calloc((size_t)r->nthreads, sizeof *th);
+  pthread_t *tid = calloc((size_t)r->nthreads, sizeof *tid);
+  if (!r->xch || !th || !tid) return BENCH_EXIT_INTERNAL;
+  for (int t = 0; t < r->nthreads; t++) {
+    th[t].r = r;
+    th[t].t = t;
+    th[t].calls = calloc((size_t)r->ngpus, sizeof(bench_call_t));
+    th[t].mine = calloc((size_t)r->ngpus * (size_t)kmax, sizeof(double));
+    th[t].all = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
+    if (!th[t].calls || !th[t].mine || !th[t].all) return BENCH_EXIT_INTERNAL;
+  }
+  if (r->printing && (o->verbose || o->nbackends <= 1)) bench_print_header(r);
+  r->t_start = bench_now();
+  for (int t = 1; t < r->nthreads; t++)
+    if (pthread_create(&tid[t], NULL, bench_thread_main, &th[t]) != 0) {
+      bench_fail(r, UL_ERR_SYSTEM, "pthread_create: %s", strerror(errno));
+      tid[t] = 0;
+    }
+  bench_thread_main(&th[0]);
+  for (int t = 1; t < r->nthreads; t++)
+    if (tid[t]) pthread_join(tid[t], NULL);
+  if (r->printing) bench_progress_clear(r);
+  if (r->fail_rc != UL_OK) {
+    if (r->fail_rc == UL_ERR_TIMEOUT && o->timeout_s > 0) {
+      char host[256] = "localhost";
+      gethostname(host, sizeof host - 1);
+      printf("%s: Test timeout (%ds) %s\n", host, o->timeout_s, r->fail_msg);
+    }
+    fprintf(stderr, "unilink-bench: %s\n", r->fail_msg);
+  }
+  for (int t = 0; t < r->nthreads; t++) {
+    free(th[t].calls);
+    free(th[t].mine);
+    free(th[t].all);
+  }
+  free(th);
+  free(tid);
+  for (int i = 0; i < r->nlocal; i++) {
+    char *bufs[2] = {r->sbuf[i], r->rbuf[i]};
+    for (int b = 0; b < 2; b++) {
+      if (!bufs[b]) continue;
+      if (from_ul[i * 2 + b] && r->comms[i]) ul_mem_free(r->comms[i], bufs[b]);
+      else if (!from_ul[i * 2 + b]) free(bufs[b]);
+    }
+  }
+  free(from_ul);
+  free(r->sbuf);
+  free(r->rbuf);
+  free(r->xch);
+  r->sbuf = r->rbuf = NULL;
+  r->xch = NULL;
+  bench_comms_destroy(r);
+  return r->fail_rc == UL_OK ? BENCH_EXIT_OK : bench_exit_for(r->fail_rc);
+}

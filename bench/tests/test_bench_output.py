@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The same parser reads nccl-tests output and unilink-bench output.
+
+--sample-only: parse the nccl-tests sample (tests/data) and check it.
+--bench BIN:  also run `BIN allreduce -b 8 -e 64M -f 4 -c 1` on the host backend and
+              check its table, footer, exit code and busbw = algbw * 2(n-1)/n.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # keep the source tree clean
+sys.path.insert(0, HERE)
+import parse_nccl_tests  # noqa: E402
+
+NCCL_COLUMNS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                "time", "algbw", "busbw", "#wrong"]
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL:", msg)
+
+
+def check_table(res, nranks, label, expect_sizes=None):
+    check(res["columns"][:13] == NCCL_COLUMNS, "%s: columns %s" % (label, res["columns"]))
+    rows = res["rows"]
+    check(len(rows) > 0, "%s: no rows" % label)
+    if expect_sizes is not None:
+        check([r["size"] for r in rows] == expect_sizes,
+              "%s: sizes %s != %s" % (label, [r["size"] for r in rows], expect_sizes))
+    factor = 2.0 * (nranks - 1) / nranks
+    busbws = []
+    for r in rows:
+        check(r["count"] * 4 == r["size"], "%s: count %d for size %d" % (label, r["count"], r["size"]))
+        check(r["type"] == "float" and r["redop"] == "sum" and r["root"] == -1,
+              "%s: preamble %s" % (label, r))
+        for side in ("out_of_place", "in_place"):
+            s = r[side]
+            check(s["wrong"] == 0, "%s: #wrong %s at %d" % (label, s["wrong"], r["size"]))
+            check(s["time"] is not None and s["time"] > 0, "%s: time %s" % (label, s["time"]))
+            # algbw = size / time; columns are rounded to 2 decimals
+            alg = r["size"] / 1e9 / (s["time"] * 1e-6)
+            check(abs(alg - s["algbw"]) <= 0.006 + 0.01 * alg,
+                  "%s: algbw %s vs %.4f at %d" % (label, s["algbw"], alg, r["size"]))
+            check(abs(s["busbw"] - s["algbw"] * factor) <= 0.011 + 0.01 * s["busbw"],
+                  "%s: busbw %s != algbw %s * %.3f" % (label, s["busbw"], s["algbw"], factor))
+            busbws.append(s["busbw"])
+    f = res["footer"]
+    check(f.get("out_of_bounds") == 0 and f.get("out_of_bounds_ok") is True,
+          "%s: footer out of bounds %s" % (label, f))
+    avg = sum(busbws) / len(busbws) if busbws else 0
+    check("avg_busbw" in f and abs(f["avg_busbw"] - avg) <= 0.01 + 0.02 * avg,
+          "%s: avg busbw %s vs rows %.4f" % (label, f.get("avg_busbw"), avg))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sample-only", action="store_true")
+    ap.add_argument("--bench")
+    ap.add_argument("--workdir", default=".")
+    a = ap.parse_args()
+    with open(os.path.join(HERE, "data", "nccl-tests-allreduce.txt")) as f:
+        sample = parse_nccl_tests.parse(f.read())
+    check_table(sample, 8, "nccl-tests sample", [8 << i for i in range(25)])
+    check(sample["header"].get("nThread") == 1 and sample["header"].get("nGpus") == 8,
+          "sample header %s" % sample["header"])
+    check(len(sample["devices"]) == 8, "sample devices")
+    if not a.sample_only:
+        if not a.bench:
+            print("--bench required")
+            return 2
+        cmd = [a.bench, "allreduce", "-b", "8", "-e", "64M", "-f", "4", "-c", "1",
+               "--backend", "host", "-n", "5"]
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=240, cwd=a.workdir)
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        check(p.returncode == 0, "unilink-bench exit code %d" % p.returncode)
+        ours = parse_nccl_tests.parse(p.stdout)
+        check_table(ours, 2, "unilink-bench", [8 << (2 * i) for i in range(12)])
+        check(ours["header"].get("nThread") == 2, "our header %s" % ours["header"])
+        for r in ours["rows"]:
+            check(len(r["extra"]) >= 2, "extra columns (%%roof, algorithm) missing: %s" % r)
+        # the checker must be able to fail: corrupt one element of rank 0's result
+        env = dict(os.environ, UNILINK_BENCH_FAULT="wrong")
+        p = subprocess.run([a.bench, "allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",
+                            "--backend", "host"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120, cwd=a.workdir, env=env)
+        bad = parse_nccl_tests.parse(p.stdout)
+        check(p.returncode == 7, "corrupted run exit code %d (want 7)" % p.returncode)
+        check([r["out_of_place"]["wrong"] for r in bad["rows"]] == [1, 1],
+              "corrupted run #wrong %s" % [r["out_of_place"]["wrong"] for r in bad["rows"]])
+        check(bad["footer"].get("out_of_bounds") == 4 and bad["footer"].get("out_of_bounds_ok") is False,
+              "corrupted run footer %s" % bad["footer"])
+    if failures:
+        print("%d failure(s)" % len(failures))
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
