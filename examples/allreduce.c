@@ -47,6 +47,7 @@ static int run_rank(int rank) {
     ul_comm_backend(comm, &be);
     printf("allreduce of %zu floats on %d ranks (backend %s, algorithm %s, path %s): verified\n",
            g_count, g_nranks, be, info.algorithm, info.path);
+    fflush(stdout); /* forked ranks leave with _exit */
   }
   free(buf);
   ul_comm_destroy(comm);

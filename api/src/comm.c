@@ -386,6 +386,31 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
   int newrank = -1;
   for (int i = 0; i < m; i++)
     if (grp[i].rank == comm->rank) newrank = i;
+  if (!ul__op_is_stub((const void *)comm->backend->ops.comm_split)) {
+    /* Native split (MPI_Comm_split, ncclCommSplit): the backend forms the groups; the
+     * allgather above gave the core the new rank and size to check against. */
+    ul_comm_t child = comm_alloc(comm->backend, &cfg, newrank < 0 ? 0 : newrank, m);
+    if (!child) {
+      free(grp);
+      free(all);
+      return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_split: out of memory");
+    }
+    ul_backend_comm_args_t args;
+    fill_args(&args, child, NULL, "");
+    if (color == UL_SPLIT_NOCOLOR) args.rank = -1, args.nranks = 0;
+    rc = comm->backend->ops.comm_split(comm->bcomm, color, key, &args, &child->bcomm, &child->props);
+    if (rc == UL_OK && child->bcomm != NULL) rc = comm_finish_setup(child);
+    if (rc != UL_OK || child->bcomm == NULL) {
+      if (rc != UL_OK) ul__comm_set_error(comm, rc, "ul_comm_split: %s", child->last_error);
+      if (child->bcomm) comm->backend->ops.comm_destroy(child->bcomm);
+      comm_free(child);
+    } else {
+      *newcomm = child;
+    }
+    free(grp);
+    free(all);
+    return rc;
+  }
   /* Leader of each color (lowest parent rank) makes a unique id; every leader's id is
    * shared with all parent ranks, each takes its color's. */
   ul_unique_id_t *ids = calloc((size_t)n, sizeof *ids);
