@@ -342,6 +342,12 @@ static __thread group_item_t *group_items;
 static __thread int group_n, group_cap;
 static __thread ul_result_t group_error;
 
+/* The per-thread list is freed when its thread exits. */
+static pthread_key_t group_key;
+static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
+static void group_key_free(void *p) { free(p); }
+static void group_key_create(void) { pthread_key_create(&group_key, group_key_free); }
+
 static ul_result_t group_append(const group_item_t *it) {
   if (group_n == group_cap) {
     int cap = group_cap ? group_cap * 2 : 16;
@@ -350,6 +356,8 @@ static ul_result_t group_append(const group_item_t *it) {
     if (!p) return UL_ERR_NO_MEMORY;
     group_items = p;
     group_cap = cap;
+    pthread_once(&group_key_once, group_key_create);
+    pthread_setspecific(group_key, p);
   }
   group_items[group_n++] = *it;
   return UL_OK;
