@@ -147,6 +147,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
 
 static void comm_free(ul_comm_t c) {
   if (!c) return;
+  ul__windows_free_all(c);
   c->magic = 0;
   pthread_mutex_destroy((pthread_mutex_t *)c->lock);
   free(c->lock);

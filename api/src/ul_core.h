@@ -148,6 +148,7 @@ struct ul_comm {
   uint64_t issue_ticket;
   uint64_t exec_ticket;
   void *turn; /* ul__turn_t* (coll.c) */
+  struct ul_window *windows; /* live windows, freed with the communicator */
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 
@@ -167,6 +168,7 @@ struct ul_window {
   size_t size;
   size_t *peer_sizes; /* nranks */
   void **peer_bases;  /* nranks; NULL where not load/store reachable */
+  struct ul_window *next;
 };
 #define UL__WINDOW_MAGIC 0x756c7769U
 
@@ -174,6 +176,8 @@ struct ul_window {
 UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
+/* window.c: unlink a window from its comm / free every window of a comm. */
+UL__HIDDEN void ul__windows_free_all(ul_comm_t comm);
 
 /* ------------------------------------------------------------ validation */
 /* validate.c: every check the public calls make; each returns UL_OK or sets the comm's

@@ -1,4 +1,5 @@
 /* Memory and one-sided operations: ul_mem_*, windows, put/get/signal/wait. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +79,31 @@ UL_API ul_result_t ul_window_register(ul_comm_t comm, void *base, size_t size,
     free(w->peer_bases), free(w->peer_sizes), free(w);
     return rc;
   }
+  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
+  w->next = comm->windows;
+  comm->windows = w;
+  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
   *window = w;
   return UL_OK;
+}
+
+static void window_free(ul_window_t w) {
+  w->magic = 0;
+  free(w->peer_bases);
+  free(w->peer_sizes);
+  free(w);
+}
+
+/* Windows still registered when their communicator goes away: the backend frees its
+ * side in comm_destroy; the handles become invalid. */
+void ul__windows_free_all(ul_comm_t comm) {
+  ul_window_t w = comm->windows;
+  comm->windows = NULL;
+  while (w) {
+    ul_window_t next = w->next;
+    window_free(w);
+    w = next;
+  }
 }
 
 UL_API ul_result_t ul_window_deregister(ul_window_t window) {
@@ -87,10 +111,14 @@ UL_API ul_result_t ul_window_deregister(ul_window_t window) {
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_window_deregister: window is NULL or invalid");
   ul_comm_t c = window->comm;
   ul_result_t rc = c->backend->ops.window_deregister(c->bcomm, window->bwin);
-  window->magic = 0;
-  free(window->peer_bases);
-  free(window->peer_sizes);
-  free(window);
+  pthread_mutex_lock((pthread_mutex_t *)c->lock);
+  for (ul_window_t *pp = &c->windows; *pp; pp = &(*pp)->next)
+    if (*pp == window) {
+      *pp = window->next;
+      break;
+    }
+  pthread_mutex_unlock((pthread_mutex_t *)c->lock);
+  window_free(window);
   return rc;
 }
 

@@ -500,6 +500,9 @@ static ul_result_t sim_backend_window_register(ul_backend_comm_t *c, void *base,
 }
 
 static ul_result_t sim_backend_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
+  /* Collective: no rank may free its window memory while a peer still reads it. */
+  ul_result_t rc = sim_backend_exchange(c, NULL, NULL, "window_deregister");
+  if (rc != UL_OK) return rc;
   sim_window_t **pp = &c->windows;
   while (*pp && *pp != w) pp = &(*pp)->next;
   if (*pp) *pp = w->next;

@@ -26,9 +26,9 @@ int ul__generic_available(ul_comm_t comm) { return comm->generic != NULL; }
 ul_result_t ul__generic_init(ul_comm_t comm) {
   comm->generic = NULL;
   const ul_backend_ops_t *o = &comm->backend->ops;
-  if (!(comm->backend->caps.features & UL_FEATURE_GENERIC_COLL) &&
-      ul__op_is_stub((const void *)o->window_register))
-    return UL_OK;
+  /* Native-collective backends (mpi, nccl) run without the generic layer: it would cost
+   * a window and scratch per communicator they do not need. */
+  if (!(comm->backend->caps.features & UL_FEATURE_GENERIC_COLL)) return UL_OK;
   if (ul__op_is_stub((const void *)o->window_register) || ul__op_is_stub((const void *)o->put) ||
       ul__op_is_stub((const void *)o->signal) || ul__op_is_stub((const void *)o->wait_signal) ||
       ul__op_is_stub((const void *)o->mem_alloc))
