@@ -1,0 +1,178 @@
+/* Data movement: broadcast, allgather, alltoall, gather, scatter (inputs are random bit
+ * patterns, so a misplaced block shows). */
+#include "coll.h"
+
+/* ---------------------------------------------------------------- broadcast */
+static int broadcast_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  s->recv_elems = s->cnt;
+  s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
+  if (!s->recv) return -1;
+  s->recv_arg = s->recv;
+  if (s->r == s->root) {
+    if (s->inplace) {
+      cf_fill(&s->g, s->root, 0, s->cnt, s->recv);
+      s->send_arg = s->recv;
+    } else {
+      s->send_elems = s->cnt;
+      s->send = cf_coll_buf(ctx, s, s->cnt, 0);
+      if (!s->send) return -1;
+      cf_fill(&s->g, s->root, 0, s->cnt, s->send);
+      s->send_is_input = 0; /* checked below against the root's input */
+      s->send_arg = s->send;
+    }
+  } else {
+    /* sendbuf is read on root only: NULL elsewhere out of place, aliased in place */
+    s->send_arg = s->inplace ? s->recv : NULL;
+  }
+  s->result = s->recv;
+  s->result_elems = s->cnt;
+  return 0;
+}
+static ul_result_t broadcast_call(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  return ul_broadcast(s->send_arg, s->recv_arg, s->cnt, s->dt, s->root, ctx->comm, NULL);
+}
+static void broadcast_verify(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  cf_exp_t x = {.g = &s->g, .rank = s->root};
+  cf_verify(ctx, "recvbuf", s->result, s->cnt, s->dt, cf_exp_input, &x, 0);
+  if (s->send && s->cnt <= ((size_t)1 << 18))
+    cf_verify(ctx, "root sendbuf (must stay unchanged)", s->send, s->cnt, s->dt, cf_exp_input, &x, 0);
+}
+const cf_coll_desc_t cf_coll_broadcast = {UL_COLL_BROADCAST, 0, 1, 1, broadcast_setup,
+                                          broadcast_call, broadcast_verify};
+
+/* ---------------------------------------------------------------- allgather */
+static int allgather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  size_t total = s->cnt * (size_t)s->n;
+  s->recv_elems = total;
+  s->recv = cf_coll_buf(ctx, s, total, 1);
+  if (!s->recv) return -1;
+  s->recv_arg = s->recv;
+  if (s->inplace) {
+    char *slot = (char *)s->recv + (size_t)s->r * s->cnt * s->sz;
+    cf_fill(&s->g, s->r, 0, s->cnt, slot);
+    s->send_arg = slot;
+  } else {
+    s->send_elems = s->cnt;
+    s->send = cf_coll_buf(ctx, s, s->cnt, 0);
+    if (!s->send) return -1;
+    cf_fill(&s->g, s->r, 0, s->cnt, s->send);
+    s->send_is_input = 1;
+    s->send_arg = s->send;
+  }
+  s->result = s->recv;
+  s->result_elems = total;
+  return 0;
+}
+static ul_result_t allgather_call(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  return ul_allgather(s->send_arg, s->recv_arg, s->cnt, s->dt, ctx->comm, NULL);
+}
+static void allgather_verify(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  cf_exp_t x = {.g = &s->g, .blk = s->cnt ? s->cnt : 1};
+  cf_verify(ctx, "recvbuf", s->result, s->result_elems, s->dt, cf_exp_blocks, &x, 0);
+}
+const cf_coll_desc_t cf_coll_allgather = {UL_COLL_ALLGATHER, 0, 0, 1, allgather_setup,
+                                          allgather_call, allgather_verify};
+
+/* ---------------------------------------------------------------- alltoall */
+static int alltoall_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  size_t total = s->cnt * (size_t)s->n;
+  s->send_elems = s->recv_elems = total;
+  s->send = cf_coll_buf(ctx, s, total, 0);
+  s->recv = cf_coll_buf(ctx, s, total, 1);
+  if (!s->send || !s->recv) return -1;
+  cf_fill(&s->g, s->r, 0, total, s->send);
+  s->send_is_input = 1;
+  s->send_arg = s->send;
+  s->recv_arg = s->recv;
+  s->result = s->recv;
+  s->result_elems = total;
+  return 0;
+}
+static ul_result_t alltoall_call(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  return ul_alltoall(s->send_arg, s->recv_arg, s->cnt, s->dt, ctx->comm, NULL);
+}
+static void alltoall_verify(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  cf_exp_t x = {.g = &s->g, .rank = s->r, .blk = s->cnt ? s->cnt : 1};
+  cf_verify(ctx, "recvbuf", s->result, s->result_elems, s->dt, cf_exp_alltoall, &x, 0);
+}
+const cf_coll_desc_t cf_coll_alltoall = {UL_COLL_ALLTOALL, 0, 0, 0, alltoall_setup, alltoall_call,
+                                         alltoall_verify};
+
+/* ---------------------------------------------------------------- gather */
+static int gather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  size_t total = s->cnt * (size_t)s->n;
+  int root = s->r == s->root;
+  if (root) {
+    s->recv_elems = total;
+    s->recv = cf_coll_buf(ctx, s, total, 1);
+    if (!s->recv) return -1;
+    s->recv_arg = s->recv;
+    s->result = s->recv;
+    s->result_elems = total;
+  } else {
+    s->recv_arg = NULL; /* documented: recvbuf may be NULL off root */
+  }
+  if (root && s->inplace) {
+    char *slot = (char *)s->recv + (size_t)s->root * s->cnt * s->sz;
+    cf_fill(&s->g, s->r, 0, s->cnt, slot);
+    s->send_arg = slot;
+  } else {
+    s->send_elems = s->cnt;
+    s->send = cf_coll_buf(ctx, s, s->cnt, 0);
+    if (!s->send) return -1;
+    cf_fill(&s->g, s->r, 0, s->cnt, s->send);
+    s->send_is_input = 1;
+    s->send_arg = s->send;
+  }
+  return 0;
+}
+static ul_result_t gather_call(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  return ul_gather(s->send_arg, s->recv_arg, s->cnt, s->dt, s->root, ctx->comm, NULL);
+}
+static void gather_verify(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  if (!s->result) return;
+  cf_exp_t x = {.g = &s->g, .blk = s->cnt ? s->cnt : 1};
+  cf_verify(ctx, "root recvbuf", s->result, s->result_elems, s->dt, cf_exp_blocks, &x, 0);
+}
+const cf_coll_desc_t cf_coll_gather = {UL_COLL_GATHER, 0, 1, 1, gather_setup, gather_call,
+                                       gather_verify};
+
+/* ---------------------------------------------------------------- scatter */
+static int scatter_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  size_t total = s->cnt * (size_t)s->n;
+  int root = s->r == s->root;
+  if (root) {
+    s->send_elems = total;
+    s->send = cf_coll_buf(ctx, s, total, 0);
+    if (!s->send) return -1;
+    cf_fill(&s->g, s->root, 0, total, s->send);
+    s->send_arg = s->send;
+  } else {
+    s->send_arg = NULL; /* documented: sendbuf may be NULL off root */
+  }
+  if (root && s->inplace) {
+    s->recv_arg = (char *)s->send + (size_t)s->root * s->cnt * s->sz;
+  } else {
+    s->recv_elems = s->cnt;
+    s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
+    if (!s->recv) return -1;
+    s->recv_arg = s->recv;
+  }
+  s->result = s->recv_arg;
+  s->result_elems = s->cnt;
+  return 0;
+}
+static ul_result_t scatter_call(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  return ul_scatter(s->send_arg, s->recv_arg, s->cnt, s->dt, s->root, ctx->comm, NULL);
+}
+static void scatter_verify(cf_ctx_t *ctx, cf_coll_state_t *s) {
+  cf_exp_t x = {.g = &s->g, .rank = s->root, .base = (size_t)s->r * s->cnt};
+  cf_verify(ctx, "recvbuf", s->result, s->cnt, s->dt, cf_exp_input, &x, 0);
+  if (s->send && !s->inplace && s->send_elems <= ((size_t)1 << 18)) {
+    cf_exp_t y = {.g = &s->g, .rank = s->root};
+    cf_verify(ctx, "root sendbuf (must stay unchanged)", s->send, s->send_elems, s->dt,
+              cf_exp_input, &y, 0);
+  }
+}
+const cf_coll_desc_t cf_coll_scatter = {UL_COLL_SCATTER, 0, 1, 1, scatter_setup, scatter_call,
+                                        scatter_verify};

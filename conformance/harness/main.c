@@ -1,0 +1,423 @@
+/* unilink-conformance: is backend X correct, what does it not support, and exactly
+ * where does it go wrong. Public API only. See docs/conformance.md. */
+#define _GNU_SOURCE
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run.h"
+
+static void cf_usage(FILE *f) {
+  fprintf(f,
+          "usage: unilink-conformance [options]\n"
+          "  --backend NAME       backend to check (default: UNILINK_BACKEND, else auto)\n"
+          "  --launcher KIND      thread | process | mpi (default: mpi under mpirun, else thread)\n"
+          "  --ranks LIST         rank counts, e.g. 1,2,3,4,8 (default: thread 1,2,3,4,8;\n"
+          "                       process 2,4; mpi: the number of processes)\n"
+          "  --filter GLOBS       comma-separated fnmatch globs over case names, e.g.\n"
+          "                       'allreduce/fp32/*,p2p/*'; a leading '!' excludes\n"
+          "  --list               print the case names (and skip reasons) and exit\n"
+          "  --quick              no 64 MiB counts and a thinned matrix\n"
+          "  --strict             a SKIP counts as a failure\n"
+          "  --seed N             input seed (default 1)\n"
+          "  --timeout-ms N       communicator timeout (default 60000)\n"
+          "  --mem malloc|ul      collective buffers from malloc or ul_mem_alloc\n"
+          "                       (default: ul for device-memory backends, else malloc)\n"
+          "  --json FILE          write results as JSON\n"
+          "  --junit FILE         write results as JUnit XML\n"
+          "  -v, --verbose        print every case result\n"
+          "exit status: 0 all passed, 1 a failure, 2 usage error, 3 backend unavailable\n");
+}
+
+static int cf_parse_ranks(const char *s, cf_opts_t *o) {
+  o->nranks_list = 0;
+  char *dup = strdup(s), *save = NULL;
+  for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *end;
+    long v = strtol(t, &end, 10);
+    if (*end || v < 1 || v > CF_MAX_RANKS || o->nranks_list >= 16) {
+      free(dup);
+      return -1;
+    }
+    o->ranks[o->nranks_list++] = (int)v;
+  }
+  free(dup);
+  return o->nranks_list ? 0 : -1;
+}
+
+static int cf_parse_args(int argc, char **argv, cf_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->seed = 1;
+  o->timeout_ms = 60000;
+  o->launcher = ul_launched_by_mpi() ? CF_LAUNCH_MPI : CF_LAUNCH_THREAD;
+  o->child_rank = -1;
+  o->use_ul_mem = -1;
+  for (int i = 1; i < argc; i++) {
+    char *a = argv[i], *val = NULL;
+    char key[64];
+    snprintf(key, sizeof key, "%s", a);
+    char *eq = strchr(key, '=');
+    if (eq && strncmp(a, "--", 2) == 0) {
+      *eq = 0;
+      val = a + (eq - key) + 1;
+    }
+#define CF_VAL()                                                                                 \
+  do {                                                                                           \
+    if (!val) {                                                                                  \
+      if (i + 1 >= argc) {                                                                       \
+        fprintf(stderr, "unilink-conformance: %s needs a value\n", key);                         \
+        return -1;                                                                               \
+      }                                                                                          \
+      val = argv[++i];                                                                           \
+    }                                                                                            \
+  } while (0)
+    if (!strcmp(key, "--backend")) { CF_VAL(); o->backend = val; }
+    else if (!strcmp(key, "--launcher")) {
+      CF_VAL();
+      if (!strcmp(val, "thread")) o->launcher = CF_LAUNCH_THREAD;
+      else if (!strcmp(val, "process")) o->launcher = CF_LAUNCH_PROCESS;
+      else if (!strcmp(val, "mpi")) o->launcher = CF_LAUNCH_MPI;
+      else { fprintf(stderr, "unilink-conformance: unknown launcher '%s'\n", val); return -1; }
+    } else if (!strcmp(key, "--ranks")) {
+      CF_VAL();
+      if (cf_parse_ranks(val, o)) {
+        fprintf(stderr, "unilink-conformance: bad --ranks '%s' (1..%d, comma separated)\n", val,
+                CF_MAX_RANKS);
+        return -1;
+      }
+    } else if (!strcmp(key, "--filter")) { CF_VAL(); o->filter = val; }
+    else if (!strcmp(key, "--json")) { CF_VAL(); o->json_path = val; }
+    else if (!strcmp(key, "--junit")) { CF_VAL(); o->junit_path = val; }
+    else if (!strcmp(key, "--seed")) {
+      CF_VAL();
+      char *end;
+      o->seed = strtoull(val, &end, 0);
+      if (*end || !*val) { fprintf(stderr, "unilink-conformance: bad --seed '%s'\n", val); return -1; }
+    } else if (!strcmp(key, "--timeout-ms")) {
+      CF_VAL();
+      char *end;
+      long v = strtol(val, &end, 10);
+      if (*end || v < 100) { fprintf(stderr, "unilink-conformance: bad --timeout-ms\n"); return -1; }
+      o->timeout_ms = (int)v;
+    } else if (!strcmp(key, "--mem")) {
+      CF_VAL();
+      if (!strcmp(val, "malloc")) o->use_ul_mem = 0;
+      else if (!strcmp(val, "ul")) o->use_ul_mem = 1;
+      else { fprintf(stderr, "unilink-conformance: bad --mem '%s'\n", val); return -1; }
+    } else if (!strcmp(key, "--strict")) o->strict = 1;
+    else if (!strcmp(key, "--quick")) o->quick = 1;
+    else if (!strcmp(key, "--list")) o->list = 1;
+    else if (!strcmp(key, "-v") || !strcmp(key, "--verbose")) o->verbose = 1;
+    else if (!strcmp(key, "-h") || !strcmp(key, "--help")) { cf_usage(stdout); exit(0); }
+    /* hidden: process launcher children */
+    else if (!strcmp(key, "--child-rank")) { CF_VAL(); o->child_rank = atoi(val); }
+    else if (!strcmp(key, "--child-nranks")) { CF_VAL(); o->child_nranks = atoi(val); }
+    else if (!strcmp(key, "--child-start")) { CF_VAL(); o->child_start = atoi(val); }
+    else if (!strcmp(key, "--child-id")) { CF_VAL(); o->child_id_hex = val; }
+    else if (!strcmp(key, "--child-ctl")) { CF_VAL(); o->child_ctl = val; }
+    else if (!strcmp(key, "--child-out")) { CF_VAL(); o->child_out = val; }
+    else {
+      fprintf(stderr, "unilink-conformance: unknown option '%s'\n", a);
+      return -1;
+    }
+#undef CF_VAL
+  }
+  if (!o->nranks_list) {
+    if (o->launcher == CF_LAUNCH_PROCESS) {
+      o->ranks[0] = 2;
+      o->ranks[1] = 4;
+      o->nranks_list = 2;
+    } else if (o->launcher == CF_LAUNCH_MPI) {
+      const char *envs[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS",
+                            "MPI_LOCALNRANKS"};
+      int w = 0;
+      for (size_t k = 0; k < sizeof(envs) / sizeof(envs[0]) && !w; k++)
+        if (getenv(envs[k])) w = atoi(getenv(envs[k]));
+      o->ranks[0] = w > 0 && w <= CF_MAX_RANKS ? w : 2;
+      o->nranks_list = 1;
+    } else {
+      int d[] = {1, 2, 3, 4, 8};
+      memcpy(o->ranks, d, sizeof d);
+      o->nranks_list = 5;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------- planning */
+static int cf_filter_match(const char *filter, const char *name) {
+  if (!filter || !*filter) return 1;
+  int any_include = 0, included = 0, excluded = 0;
+  char *dup = strdup(filter), *save = NULL;
+  for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (t[0] == '!') {
+      if (fnmatch(t + 1, name, 0) == 0) excluded = 1;
+    } else {
+      any_include = 1;
+      if (fnmatch(t, name, 0) == 0) included = 1;
+    }
+  }
+  free(dup);
+  return !excluded && (!any_include || included);
+}
+
+static const char *cf_feature_name(uint32_t bit) {
+  switch (bit) {
+  case UL_FEATURE_THREAD_RANKS: return "thread ranks";
+  case UL_FEATURE_PROCESS_RANKS: return "process ranks";
+  case UL_FEATURE_MULTI_NODE: return "multi-node";
+  case UL_FEATURE_INIT_ALL: return "ul_comm_init_all";
+  case UL_FEATURE_SPLIT: return "ul_comm_split";
+  case UL_FEATURE_STREAMS: return "streams";
+  case UL_FEATURE_P2P: return "send/recv";
+  case UL_FEATURE_ONE_SIDED: return "one-sided windows";
+  case UL_FEATURE_DEVICE_MEMORY: return "device memory";
+  case UL_FEATURE_GENERIC_COLL: return "generic collectives";
+  case UL_FEATURE_NATIVE_COLL: return "native collectives";
+  default: return "feature";
+  }
+}
+
+typedef struct cf_emit_state {
+  const cf_opts_t *o;
+  const ul_backend_info_t *info;
+  cf_plan_t *p;
+  int cap;
+  int oom;
+} cf_emit_state_t;
+
+static void cf_caps_reason(const ul_backend_info_t *info, const cf_opts_t *o, cf_inst_t *in) {
+  uint32_t f = info->features;
+  uint32_t need = in->c->features;
+  if (o->launcher == CF_LAUNCH_THREAD) need |= UL_FEATURE_THREAD_RANKS;
+  if (o->launcher == CF_LAUNCH_PROCESS) need |= UL_FEATURE_PROCESS_RANKS;
+  if (o->launcher == CF_LAUNCH_MPI && !(f & (UL_FEATURE_PROCESS_RANKS | UL_FEATURE_MULTI_NODE)))
+    need |= UL_FEATURE_PROCESS_RANKS;
+  uint32_t missing = need & ~f;
+  if (missing) {
+    uint32_t bit = missing & -missing;
+    snprintf(in->skip, sizeof in->skip, "backend does not declare %s", cf_feature_name(bit));
+    return;
+  }
+  if (info->max_ranks > 0 && in->nranks > info->max_ranks) {
+    snprintf(in->skip, sizeof in->skip, "backend supports at most %d ranks", info->max_ranks);
+    return;
+  }
+  if (in->coll >= 0 && in->coll != UL_COLL_SENDRECV && !(info->collectives & (1u << in->coll))) {
+    snprintf(in->skip, sizeof in->skip, "backend does not declare collective %s",
+             cf_coll_name(in->coll));
+    return;
+  }
+  if (in->dtype >= 0 && !(info->dtypes & (1u << in->dtype))) {
+    snprintf(in->skip, sizeof in->skip, "backend does not declare dtype %s",
+             cf_dtype_name(in->dtype));
+    return;
+  }
+  if (in->op >= 0) {
+    if (!(info->ops & (1u << in->op))) {
+      snprintf(in->skip, sizeof in->skip, "backend does not declare op %s", cf_op_name(in->op));
+      return;
+    }
+    if (in->dtype >= 0 && !(info->reduce_dtypes & (1u << in->dtype))) {
+      snprintf(in->skip, sizeof in->skip, "backend does not declare reductions on %s",
+               cf_dtype_name(in->dtype));
+      return;
+    }
+  }
+}
+
+static void cf_emit(void *arg, const cf_inst_t *proto) {
+  cf_emit_state_t *st = arg;
+  cf_plan_t *p = st->p;
+  if (p->ninst == st->cap) {
+    int ncap = st->cap ? st->cap * 2 : 1024;
+    cf_inst_t *n = realloc(p->insts, sizeof(cf_inst_t) * (size_t)ncap);
+    if (!n) {
+      st->oom = 1;
+      return;
+    }
+    p->insts = n;
+    st->cap = ncap;
+  }
+  cf_inst_t *in = &p->insts[p->ninst++];
+  *in = *proto;
+  in->nranks = p->nranks;
+  size_t len = strlen(in->name);
+  snprintf(in->name + len, sizeof in->name - len, "/ranks=%d", p->nranks);
+  in->selected = cf_filter_match(st->o->filter, in->name);
+  in->skip[0] = 0;
+  cf_caps_reason(st->info, st->o, in);
+  if (in->selected && !in->skip[0]) p->nrun++;
+}
+
+int cf_plan_build(const cf_opts_t *o, const ul_backend_info_t *info, int nranks, cf_plan_t *p) {
+  memset(p, 0, sizeof *p);
+  p->nranks = nranks;
+  cf_emit_state_t st = {o, info, p, 0, 0};
+  for (int c = 0; c < cf_ncases; c++) {
+    const cf_case_t *cs = &cf_cases[c];
+    if (nranks < cs->min_ranks || (cs->max_ranks > 0 && nranks > cs->max_ranks)) continue;
+    cs->expand(cs, nranks, o, info, cf_emit, &st);
+  }
+  if (st.oom) return -1;
+  p->res = calloc((size_t)(p->ninst ? p->ninst : 1), sizeof(cf_result_t));
+  return p->res ? 0 : -1;
+}
+
+void cf_plan_free(cf_plan_t *p) {
+  free(p->insts);
+  free(p->res);
+  memset(p, 0, sizeof *p);
+}
+
+void cf_merge(const cf_rec_t *recs, int nranks, cf_result_t *out) {
+  int first_fail = -1, nfail = 0, skip = -1;
+  double ms = 0;
+  for (int r = 0; r < nranks; r++) {
+    if (recs[r].ms > ms) ms = recs[r].ms;
+    if (recs[r].status == CF_FAIL) {
+      if (first_fail < 0) first_fail = r;
+      nfail++;
+    } else if (recs[r].status == CF_SKIP && skip < 0) {
+      skip = r;
+    }
+  }
+  out->ms = ms;
+  if (first_fail >= 0) {
+    out->status = CF_FAIL;
+    size_t k = (size_t)snprintf(out->msg, sizeof out->msg, "%s", recs[first_fail].msg);
+    if (nfail > 1 && k < sizeof out->msg) {
+      k += (size_t)snprintf(out->msg + k, sizeof out->msg - k, " [also failing on rank");
+      for (int r = first_fail + 1; r < nranks && k < sizeof out->msg; r++)
+        if (recs[r].status == CF_FAIL)
+          k += (size_t)snprintf(out->msg + k, sizeof out->msg - k, " %d", r);
+      if (k < sizeof out->msg) snprintf(out->msg + k, sizeof out->msg - k, "]");
+    }
+  } else if (skip >= 0) {
+    out->status = CF_SKIP;
+    snprintf(out->msg, sizeof out->msg, "%s", recs[skip].msg);
+  } else {
+    out->status = CF_PASS;
+    out->msg[0] = 0;
+  }
+}
+
+/* ------------------------------------------------------------- main */
+int main(int argc, char **argv) {
+  cf_opts_t o;
+  if (cf_parse_args(argc, argv, &o)) {
+    cf_usage(stderr);
+    return 2;
+  }
+  cf_install_crash_handlers();
+  if (!o.backend) {
+    const char *env = getenv("UNILINK_BACKEND");
+    o.backend = (env && *env && strcmp(env, "auto")) ? env : ul_backend_auto();
+    if (!o.backend) {
+      fprintf(stderr, "unilink-conformance: no backend is available here (%s)\n", ul_last_error());
+      return 3;
+    }
+  }
+  ul_backend_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  ul_result_t rc = ul_backend_query(o.backend, &info);
+  if (rc != UL_OK) {
+    fprintf(stderr, "unilink-conformance: backend '%s': %s (%s)\n", o.backend, ul_result_name(rc),
+            ul_last_error());
+    int nb = ul_backend_count();
+    fprintf(stderr, "registered backends:");
+    for (int i = 0; i < nb; i++) {
+      ul_backend_info_t bi;
+      memset(&bi, 0, sizeof bi);
+      bi.struct_size = sizeof bi;
+      if (ul_backend_get_info(i, &bi) == UL_OK) fprintf(stderr, " %s", bi.name);
+    }
+    fprintf(stderr, "\n");
+    return 3;
+  }
+  if (o.use_ul_mem < 0) o.use_ul_mem = (info.features & UL_FEATURE_DEVICE_MEMORY) ? 1 : 0;
+
+  if (o.child_rank >= 0) return cf_child_main(&o, &info);
+
+  if (!info.available && !o.list) {
+    fprintf(stderr, "unilink-conformance: backend '%s' is unavailable here: %s\n", o.backend,
+            info.reason[0] ? info.reason : "(no reason given)");
+    return 3;
+  }
+
+  cf_plan_t plans[16];
+  int nplans = 0;
+  for (int k = 0; k < o.nranks_list; k++) {
+    if (cf_plan_build(&o, &info, o.ranks[k], &plans[nplans])) {
+      fprintf(stderr, "unilink-conformance: out of memory while planning\n");
+      return 2;
+    }
+    nplans++;
+  }
+
+  if (o.list) {
+    for (int k = 0; k < nplans; k++)
+      for (int i = 0; i < plans[k].ninst; i++) {
+        cf_inst_t *in = &plans[k].insts[i];
+        if (!in->selected) continue;
+        if (in->skip[0]) printf("%s  [skip: %s]\n", in->name, in->skip);
+        else printf("%s\n", in->name);
+      }
+    return 0;
+  }
+
+  int fatal = 0, is_root = 1;
+  if (o.launcher == CF_LAUNCH_MPI) {
+    int r = cf_launch_mpi(&o, &info, plans, nplans, &is_root);
+    if (r == 3) return 3;
+  } else {
+    for (int k = 0; k < nplans && !fatal; k++) {
+      if (!plans[k].nrun) continue;
+      int r = o.launcher == CF_LAUNCH_THREAD
+                  ? cf_launch_threads(&o, &info, &plans[k])
+                  : cf_launch_processes(&o, &info, &plans[k], argc, argv);
+      if (r == -2) fatal = 1;
+    }
+  }
+  cf_progress_end();
+  if (!is_root) return 0;
+
+  /* Capability skips become results; --strict turns every skip into a failure. */
+  int any_fail = 0;
+  for (int k = 0; k < nplans; k++) {
+    cf_plan_t *p = &plans[k];
+    if (p->world_error[0]) any_fail = 1;
+    for (int i = 0; i < p->ninst; i++) {
+      cf_inst_t *in = &p->insts[i];
+      cf_result_t *res = &p->res[i];
+      if (!in->selected) continue;
+      if (in->skip[0]) {
+        res->status = CF_SKIP;
+        snprintf(res->msg, sizeof res->msg, "%s", in->skip);
+      }
+      if (o.strict && res->status == CF_SKIP) {
+        char tmp[sizeof res->msg];
+        snprintf(tmp, sizeof tmp, "%s", res->msg);
+        res->status = CF_FAIL;
+        snprintf(res->msg, sizeof res->msg, "skipped under --strict: %s", tmp);
+      }
+      if (res->status == CF_FAIL || res->status == CF_NONE) any_fail = 1;
+    }
+  }
+  cf_report_text(&o, &info, plans, nplans);
+  if (o.json_path && cf_report_json(o.json_path, &o, &info, plans, nplans)) {
+    fprintf(stderr, "unilink-conformance: cannot write %s\n", o.json_path);
+    any_fail = 1;
+  }
+  if (o.junit_path && cf_report_junit(o.junit_path, &o, &info, plans, nplans)) {
+    fprintf(stderr, "unilink-conformance: cannot write %s\n", o.junit_path);
+    any_fail = 1;
+  }
+  fflush(stdout);
+  if (fatal) _exit(1); /* ranks stuck in the library: do not wait for them */
+  for (int k = 0; k < nplans; k++) cf_plan_free(&plans[k]);
+  return any_fail ? 1 : 0;
+}
