@@ -1,0 +1,96 @@
+/* Internal interfaces of the mpi backend plugin (libunilink-mpi.so). */
+#ifndef UL_MPI_INTERNAL_H
+#define UL_MPI_INTERNAL_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <unilink/backend.h>
+
+#define MPI_BACKEND_VISIBLE __attribute__((visibility("default")))
+
+/* Implementation tag shared with unilink/mpi.h: an application built against one MPI
+ * must not hand its MPI_Comm to a plugin built against another. */
+#if defined(OPEN_MPI) && OPEN_MPI
+#define UL_MPI_IMPL_SELF 1
+#elif defined(MPICH_VERSION)
+#define UL_MPI_IMPL_SELF 2
+#else
+#define UL_MPI_IMPL_SELF 3
+#endif
+
+/* One rank's communicator. */
+struct ul_backend_comm {
+  ul_comm_t ucomm;                /* core handle, for error sentences */
+  MPI_Comm comm;                  /* our own duplicate: all traffic goes here */
+  int rank, nranks;
+  int timeout_ms;                 /* 0 = forever */
+  const volatile int *abort_flag; /* core's flag; nonzero after ul_comm_abort */
+  volatile int dead;              /* set by comm_abort */
+  int *node_of;                   /* per rank: comm rank of its node leader */
+  char (*host_of)[MPI_MAX_PROCESSOR_NAME];
+  pthread_mutex_t lock;           /* guards the group request list and allocations */
+  int group_depth;
+  MPI_Request *reqs;
+  int nreqs, reqs_cap;
+  ul_result_t group_rc;           /* first error of an open group */
+  void **allocs;                  /* MPI_Alloc_mem blocks handed out by mem_alloc */
+  int nallocs, allocs_cap;
+};
+
+/* One registered window: the user's memory and a separate window of signal counters. */
+struct ul_backend_window {
+  MPI_Win data;
+  MPI_Win sig;
+  uint64_t *sigbase; /* local counters (MPI_Win_allocate) */
+  int nsignals;
+};
+
+/* Process-wide state. */
+typedef struct mpi_global {
+  int we_initialised; /* we called MPI_Init_thread: finalize at exit */
+  int thread_level;   /* provided level */
+  int blocking;       /* UNILINK_MPI_BLOCKING: blocking MPI calls (no timeout/abort) */
+  int64_t chunk;      /* largest element count per MPI call (UNILINK_MPI_CHUNK) */
+  MPI_Op user_ops[UL_DTYPE_COUNT][UL_OP_COUNT]; /* MPI_OP_NULL where built-in */
+} mpi_global_t;
+extern mpi_global_t mpi_g;
+
+/* mpi_backend.c */
+ul_result_t mpi_backend_ensure(char *reason, size_t reason_len);
+int mpi_launched(void);
+/* Map an MPI error code to a unilink result and record the sentence on c (NULL: thread). */
+ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call);
+/* Poll requests to completion honouring c's timeout and abort flag (c NULL: timeout_ms). */
+ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
+                        int timeout_ms);
+MPI_Datatype mpi_dtype_of(ul_dtype_t d);
+MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
+
+/* mpi_coll.c */
+extern const ul_backend_coll_ops_t mpi_coll_ops;
+ul_result_t mpi_p2p_send(ul_backend_comm_t *c, const void *buf, size_t count, ul_dtype_t dtype,
+                         int peer, ul_backend_stream_t *s);
+ul_result_t mpi_p2p_recv(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
+                         int peer, ul_backend_stream_t *s);
+ul_result_t mpi_p2p_group_start(ul_backend_comm_t *c);
+ul_result_t mpi_p2p_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s);
+
+/* mpi_rma.c */
+ul_result_t mpi_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr);
+ul_result_t mpi_mem_free(ul_backend_comm_t *c, void *ptr);
+ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int extra_signals,
+                             ul_backend_window_t **out, void **peer_bases);
+ul_result_t mpi_win_deregister(ul_backend_comm_t *c, ul_backend_window_t *w);
+ul_result_t mpi_rma_put(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_t offset,
+                        const void *src, size_t bytes, ul_backend_stream_t *s);
+ul_result_t mpi_rma_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_t offset,
+                        void *dst, size_t bytes, ul_backend_stream_t *s);
+ul_result_t mpi_rma_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, int index,
+                           ul_backend_stream_t *s);
+ul_result_t mpi_rma_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                uint64_t value, ul_backend_stream_t *s);
+ul_result_t mpi_rma_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                uint64_t *value);
+
+#endif

@@ -1,0 +1,235 @@
+/* mpi backend: memory, windows and one-sided operations over MPI RMA.
+ *
+ * A unilink window is two MPI windows: the user's memory (MPI_Win_create, byte
+ * displacements) and a window of uint64 signal counters per rank (MPI_Win_allocate).
+ * Both stay in a passive-target epoch (MPI_Win_lock_all) for their whole life. A put
+ * or get is flushed (remote completion) before it returns, so a later signal to the
+ * same peer is ordered after it; a signal is an atomic MPI_Accumulate(MPI_SUM) on the
+ * peer's counter; wait_signal polls the local counter with MPI_Fetch_and_op(MPI_NO_OP),
+ * the read that is atomic with respect to those accumulates. */
+#define _GNU_SOURCE
+#include "mpi_internal.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+ul_result_t mpi_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
+  if ((unsigned long long)size > (unsigned long long)(((size_t)-1) >> 1))
+    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: %zu bytes is too large",
+                                c->rank, size);
+  pthread_mutex_lock(&c->lock);
+  ul_result_t r = UL_OK;
+  if (c->nallocs == c->allocs_cap) {
+    int cap = c->allocs_cap ? c->allocs_cap * 2 : 16;
+    void **n = realloc(c->allocs, (size_t)cap * sizeof *n);
+    if (!n) r = ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+    else {
+      c->allocs = n;
+      c->allocs_cap = cap;
+    }
+  }
+  void *p = NULL;
+  if (r == UL_OK) {
+    int rc = MPI_Alloc_mem((MPI_Aint)size, MPI_INFO_NULL, &p);
+    if (rc != MPI_SUCCESS) r = mpi_error_set(c, rc, "MPI_Alloc_mem");
+    else c->allocs[c->nallocs++] = p;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (r == UL_OK) *ptr = p;
+  return r;
+}
+
+ul_result_t mpi_mem_free(ul_backend_comm_t *c, void *ptr) {
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->nallocs; i++) {
+    if (c->allocs[i] == ptr) {
+      c->allocs[i] = c->allocs[--c->nallocs];
+      pthread_mutex_unlock(&c->lock);
+      int rc = MPI_Free_mem(ptr);
+      return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Free_mem");
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  return ul_backend_set_error(c->ucomm, UL_ERR_INVALID_ARG,
+                              "rank %d: ul_mem_free: %p was not allocated by ul_mem_alloc on this "
+                              "communicator",
+                              c->rank, ptr);
+}
+
+static void mpi_win_free_all(ul_backend_window_t *w) {
+  if (w->data != MPI_WIN_NULL) MPI_Win_free(&w->data);
+  if (w->sig != MPI_WIN_NULL) MPI_Win_free(&w->sig);
+  free(w);
+}
+
+ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int extra_signals,
+                             ul_backend_window_t **out, void **peer_bases) {
+  *out = NULL;
+  ul_backend_window_t *w = calloc(1, sizeof *w);
+  if (!w) return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  w->data = MPI_WIN_NULL;
+  w->sig = MPI_WIN_NULL;
+  w->nsignals = UL_WINDOW_SIGNALS + (extra_signals > 0 ? extra_signals : 0);
+  ul_result_t r = UL_OK;
+  int rc = MPI_Win_create(size ? base : NULL, (MPI_Aint)size, 1, MPI_INFO_NULL, c->comm, &w->data);
+  if (rc != MPI_SUCCESS) {
+    /* MPI_ERR_WIN here means this MPI has no one-sided component for these processes
+     * (Open MPI 4 with only the self BTL, or TCP without osc/ucx): one-sided is then
+     * unsupported, which also lets the core go on without its generic layer. */
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    r = mpi_error_set(c, rc, "MPI_Win_create");
+    if (cls == MPI_ERR_WIN)
+      r = ul_backend_set_error(c->ucomm, UL_ERR_UNSUPPORTED,
+                               "rank %d: one-sided operations are not available in this MPI "
+                               "configuration (MPI_Win_create: invalid window); with Open MPI "
+                               "try OMPI_MCA_osc=ucx,rdma,sm",
+                               c->rank);
+    goto fail;
+  }
+  MPI_Win_set_errhandler(w->data, MPI_ERRORS_RETURN);
+  rc = MPI_Win_allocate((MPI_Aint)w->nsignals * (MPI_Aint)sizeof(uint64_t), (int)sizeof(uint64_t),
+                        MPI_INFO_NULL, c->comm, &w->sigbase, &w->sig);
+  if (rc != MPI_SUCCESS) {
+    r = mpi_error_set(c, rc, "MPI_Win_allocate (signals)");
+    goto fail;
+  }
+  MPI_Win_set_errhandler(w->sig, MPI_ERRORS_RETURN);
+  /* Counters start at 0 everywhere before any peer may add to them: zero, make the
+   * stores public, then a barrier. */
+  memset(w->sigbase, 0, (size_t)w->nsignals * sizeof(uint64_t));
+  rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->sig);
+  if (rc == MPI_SUCCESS) rc = MPI_Win_sync(w->sig);
+  if (rc == MPI_SUCCESS) rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, w->data);
+  if (rc != MPI_SUCCESS) {
+    r = mpi_error_set(c, rc, "MPI_Win_lock_all");
+    goto fail;
+  }
+  MPI_Request req;
+  rc = MPI_Ibarrier(c->comm, &req);
+  r = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Ibarrier (window_register)", c->timeout_ms)
+                        : mpi_error_set(c, rc, "MPI_Ibarrier");
+  if (r != UL_OK) goto fail;
+  /* Only our own memory is load/store reachable; peers are reached through MPI. */
+  peer_bases[c->rank] = base;
+  *out = w;
+  return UL_OK;
+fail:
+  mpi_win_free_all(w);
+  return r;
+}
+
+ul_result_t mpi_win_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
+  int rc1 = MPI_Win_unlock_all(w->data);
+  int rc2 = MPI_Win_unlock_all(w->sig);
+  int rc3 = MPI_Win_free(&w->data);
+  int rc4 = MPI_Win_free(&w->sig);
+  free(w);
+  int rc = rc1 != MPI_SUCCESS ? rc1 : rc2 != MPI_SUCCESS ? rc2 : rc3 != MPI_SUCCESS ? rc3 : rc4;
+  return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_free");
+}
+
+static ul_result_t mpi_rma_xfer(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
+                                size_t offset, void *local, size_t bytes, int is_put) {
+  if (c->dead || (c->abort_flag && *c->abort_flag))
+    return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED, "rank %d: %s refused: aborted", c->rank,
+                                is_put ? "put" : "get");
+  size_t max = (size_t)mpi_g.chunk;
+  for (size_t off = 0; off < bytes;) {
+    size_t n = bytes - off < max ? bytes - off : max;
+    char *p = (char *)local + off;
+    MPI_Aint disp = (MPI_Aint)(offset + off);
+    int rc = is_put ? MPI_Put(p, (int)n, MPI_BYTE, peer, disp, (int)n, MPI_BYTE, w->data)
+                    : MPI_Get(p, (int)n, MPI_BYTE, peer, disp, (int)n, MPI_BYTE, w->data);
+    if (rc != MPI_SUCCESS) return mpi_error_set(c, rc, is_put ? "MPI_Put" : "MPI_Get");
+    off += n;
+  }
+  int rc = MPI_Win_flush(peer, w->data);
+  return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_flush");
+}
+
+ul_result_t mpi_rma_put(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_t offset,
+                        const void *src, size_t bytes, ul_backend_stream_t *s) {
+  (void)s;
+  return bytes ? mpi_rma_xfer(c, w, peer, offset, (void *)src, bytes, 1) : UL_OK;
+}
+
+ul_result_t mpi_rma_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_t offset,
+                        void *dst, size_t bytes, ul_backend_stream_t *s) {
+  (void)s;
+  return bytes ? mpi_rma_xfer(c, w, peer, offset, dst, bytes, 0) : UL_OK;
+}
+
+ul_result_t mpi_rma_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, int index,
+                           ul_backend_stream_t *s) {
+  (void)s;
+  if (c->dead || (c->abort_flag && *c->abort_flag))
+    return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED, "rank %d: signal refused: aborted",
+                                c->rank);
+  uint64_t one = 1;
+  int rc = MPI_Accumulate(&one, 1, MPI_UINT64_T, peer, (MPI_Aint)index, 1, MPI_UINT64_T, MPI_SUM,
+                          w->sig);
+  if (rc != MPI_SUCCESS) return mpi_error_set(c, rc, "MPI_Accumulate (signal)");
+  rc = MPI_Win_flush(peer, w->sig);
+  return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_flush (signal)");
+}
+
+static ul_result_t mpi_rma_load_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                       uint64_t *value) {
+  uint64_t cur = 0;
+  int rc = MPI_Fetch_and_op(NULL, &cur, MPI_UINT64_T, c->rank, (MPI_Aint)index, MPI_NO_OP, w->sig);
+  if (rc == MPI_SUCCESS) rc = MPI_Win_flush(c->rank, w->sig);
+  if (rc != MPI_SUCCESS) return mpi_error_set(c, rc, "MPI_Fetch_and_op (signal read)");
+  *value = cur;
+  return UL_OK;
+}
+
+ul_result_t mpi_rma_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                uint64_t *value) {
+  return mpi_rma_load_signal(c, w, index, value);
+}
+
+static double mpi_rma_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+ul_result_t mpi_rma_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
+                                uint64_t value, ul_backend_stream_t *s) {
+  (void)s;
+  double t0 = mpi_rma_now_ms();
+  for (unsigned spins = 1;; spins++) {
+    uint64_t cur = 0;
+    ul_result_t r = mpi_rma_load_signal(c, w, index, &cur);
+    if (r != UL_OK) return r;
+    if (cur >= value) {
+      /* Make the data that peers put before signalling visible to our loads. */
+      int rc = MPI_Win_sync(w->data);
+      return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_sync");
+    }
+    if (c->dead || (c->abort_flag && *c->abort_flag))
+      return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
+                                  "rank %d: wait for signal %d abandoned: the communicator was "
+                                  "aborted",
+                                  c->rank, index);
+    if ((spins & 31u) == 0) {
+      double el = mpi_rma_now_ms() - t0;
+      if (c->timeout_ms > 0 && el >= c->timeout_ms)
+        return ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
+                                    "rank %d: wait_signal timed out after %d ms on window %p: "
+                                    "signal %d is %llu, waiting for %llu",
+                                    c->rank, c->timeout_ms, (void *)w, index,
+                                    (unsigned long long)cur, (unsigned long long)value);
+      if (el > 1000.0) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+      } else {
+        sched_yield();
+      }
+    }
+  }
+}
