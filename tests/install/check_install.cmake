@@ -1,0 +1,35 @@
+# Installs the build into a scratch prefix, then builds and runs a consumer project
+# through find_package(unilink), and one through pkg-config.
+set(prefix ${WORK}/prefix)
+file(REMOVE_RECURSE ${WORK})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/consumer -B ${WORK}/b -DCMAKE_PREFIX_PATH=${prefix}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "find_package(unilink) failed:\n${out}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK}/b RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "consumer build failed:\n${out}")
+endif()
+execute_process(COMMAND ${WORK}/b/consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc OR NOT out MATCHES "consumer ok")
+  message(FATAL_ERROR "consumer run failed (${rc}):\n${out}")
+endif()
+# pkg-config
+set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig:${prefix}/lib64/pkgconfig:${prefix}/lib/x86_64-linux-gnu/pkgconfig)
+execute_process(COMMAND pkg-config --cflags --libs unilink RESULT_VARIABLE rc OUTPUT_VARIABLE flags
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(rc)
+  message(FATAL_ERROR "pkg-config unilink failed")
+endif()
+separate_arguments(flags)
+execute_process(COMMAND cc ${SRC}/consumer/main.c ${flags} -o ${WORK}/pc-consumer RESULT_VARIABLE rc
+                ERROR_VARIABLE out)
+if(rc)
+  message(FATAL_ERROR "pkg-config build failed: ${out}")
+endif()
+message(STATUS "find_package and pkg-config consumers built against ${prefix}")
