@@ -36,7 +36,9 @@
 #include <unistd.h>
 #include <unilink/backend.h>
 
+#include "backend_util.h"
 #include "gpu_common.h"
+#include "gpu_stream.h"
 #include "gpu_topo.h"
 #ifdef UNILINK_CUDA_KERNELS
 #include "cuda_kernels.h"
@@ -45,19 +47,6 @@
 #define CUDA_ID_MAGIC 0x43554441u /* "CUDA" */
 #define CUDA_SLOT_BYTES 512
 #define CUDA_LOG_N 4096
-
-typedef struct cuda_id_payload {
-  unsigned magic;
-  unsigned char token[16]; /* random: names the board segment */
-} cuda_id_payload_t;
-
-typedef struct cuda_board_hdr {
-  _Atomic unsigned ready;
-  _Atomic int joined;
-  _Atomic unsigned bar_count;
-  _Atomic unsigned bar_gen;
-  int nranks;
-} cuda_board_hdr_t;
 
 /* What a rank publishes in its slot. */
 typedef struct cuda_slot {
@@ -70,12 +59,6 @@ typedef struct cuda_slot {
 } cuda_slot_t;
 _Static_assert(sizeof(cuda_slot_t) <= CUDA_SLOT_BYTES, "slot too small");
 
-struct cuda_alloc {
-  void *ptr;
-  size_t size;
-  struct cuda_alloc *next;
-};
-
 struct ul_backend_comm {
   ul_comm_t core;
   int rank, nranks, device;
@@ -85,20 +68,11 @@ struct ul_backend_comm {
   ulgpu_path_t path;
   int same_process; /* every rank lives in this process */
   cudaStream_t internal;
-  char token_hex[33];
-  cuda_board_hdr_t *board;
-  size_t board_len;
+  ulbu_board_t board; /* bootstrap: barrier and allgathers */
   ulgpu_ident_t *idents;
   int *peer_dev; /* local CUDA index of each peer's GPU, -1 if not visible */
   unsigned win_seq;
-  pthread_mutex_t lock;
-  struct cuda_alloc *allocs;
-};
-
-struct ul_backend_stream {
-  ul_backend_comm_t *c;
-  cudaStream_t s;
-  int owned;
+  ulbu_alloc_list_t allocs; /* ul_mem_alloc memory (IPC export needs the allocation) */
 };
 
 /* Layout of one rank's window segment (host, shared). */
@@ -134,42 +108,21 @@ struct ul_backend_window {
 static int cuda_ndev;
 
 static ul_result_t cuda_fail(ul_backend_comm_t *c, const char *call, cudaError_t e) {
-  char buf[320];
-  ulgpu_format_cuda_error(buf, sizeof(buf), call, (int)e, cudaGetErrorString(e));
-  return ul_backend_set_error(c ? c->core : NULL, ulgpu_cuda_result((int)e), "cuda backend: %s",
-                              buf);
-}
-
-static double cuda_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void cuda_backoff(double t0, double now) {
-  if (now - t0 < 1.0) sched_yield();
-  else {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
+  return ulgpu_fail(c ? c->core : NULL, "cuda backend", call, e);
 }
 
 /* UL_OK to keep waiting, else the error to return. */
 static ul_result_t cuda_wait_check(ul_backend_comm_t *c, double t0, const char *what) {
-  if (c->dead || (c->abort_flag && *c->abort_flag))
-    return ul_backend_set_error(c->core, UL_ERR_ABORTED, "rank %d: %s: communicator was aborted",
-                                c->rank, what);
-  double now = cuda_now_ms();
-  if (c->timeout_ms > 0 && now - t0 > c->timeout_ms)
-    return ul_backend_set_error(c->core, UL_ERR_TIMEOUT,
-                                "rank %d: %s did not complete within %d ms", c->rank, what,
-                                c->timeout_ms);
-  cuda_backoff(t0, now);
-  return UL_OK;
+  return ulbu_wait_step(c->core, c->rank, c->dead || (c->abort_flag && *c->abort_flag), t0,
+                        c->timeout_ms, what);
+}
+
+static ul_result_t cuda_board_wait(void *arg, double t0, const char *what) {
+  return cuda_wait_check(arg, t0, what);
 }
 
 static ul_result_t cuda_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int timeout_ms) {
-  double t0 = cuda_now_ms();
+  double t0 = ulbu_now_ms();
   for (;;) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return UL_OK;
@@ -177,12 +130,12 @@ static ul_result_t cuda_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int ti
     if (c->dead || (c->abort_flag && *c->abort_flag))
       return ul_backend_set_error(c->core, UL_ERR_ABORTED,
                                   "rank %d: stream synchronize: communicator was aborted", c->rank);
-    double now = cuda_now_ms();
+    double now = ulbu_now_ms();
     if (timeout_ms > 0 && now - t0 > timeout_ms)
       return ul_backend_set_error(c->core, UL_ERR_TIMEOUT,
                                   "rank %d: work on the stream did not complete within %d ms",
                                   c->rank, timeout_ms);
-    cuda_backoff(t0, now);
+    ulbu_backoff(t0, now);
   }
 }
 
@@ -197,114 +150,20 @@ static ul_result_t cuda_done(ul_backend_comm_t *c, ul_backend_stream_t *s) {
 
 /* ------------------------------------------------------------------- board */
 
-static void cuda_seg_name(char *buf, size_t len, const char *token_hex, const char *what, int a,
-                          int b) {
-  snprintf(buf, len, "/ulcuda-%s-%s%d-%d", token_hex, what, a, b);
-}
-
-static ul_result_t cuda_board_barrier(ul_backend_comm_t *c, const char *what) {
-  cuda_board_hdr_t *h = c->board;
-  unsigned gen = atomic_load(&h->bar_gen);
-  if (atomic_fetch_add(&h->bar_count, 1) == (unsigned)c->nranks - 1) {
-    atomic_store(&h->bar_count, 0);
-    atomic_fetch_add(&h->bar_gen, 1);
-    return UL_OK;
-  }
-  double t0 = cuda_now_ms();
-  while (atomic_load(&h->bar_gen) == gen) {
-    ul_result_t rc = cuda_wait_check(c, t0, what);
-    if (rc != UL_OK) return rc;
-  }
-  return UL_OK;
-}
-
-static cuda_slot_t *cuda_slot(ul_backend_comm_t *c, int r) {
-  return (cuda_slot_t *)((char *)c->board + 4096 + (size_t)r * CUDA_SLOT_BYTES);
-}
+/* Rank 0 also unlinks the board name, in case its creator died before doing so. */
+static const ulbu_board_conf_t cuda_board_conf = {"cuda backend", "ulcuda", CUDA_SLOT_BYTES, 1,
+                                                  cuda_board_wait};
 
 /* Publish *mine, then read every rank's slot into all[] (collective). */
 static ul_result_t cuda_allgather(ul_backend_comm_t *c, const cuda_slot_t *mine, cuda_slot_t *all,
-                                  const char *what) {
-  memcpy(cuda_slot(c, c->rank), mine, sizeof(*mine));
-  ul_result_t rc = cuda_board_barrier(c, what);
-  if (rc != UL_OK) return rc;
-  for (int r = 0; r < c->nranks; r++) memcpy(&all[r], cuda_slot(c, r), sizeof(cuda_slot_t));
-  return cuda_board_barrier(c, what); /* slots may be reused after everyone read them */
-}
-
-static ul_result_t cuda_board_join(ul_backend_comm_t *c, const cuda_id_payload_t *p) {
-  for (int i = 0; i < 16; i++) snprintf(c->token_hex + 2 * i, 3, "%02x", p->token[i]);
-  char name[96];
-  cuda_seg_name(name, sizeof(name), c->token_hex, "board", 0, 0);
-  c->board_len = 4096 + (size_t)c->nranks * CUDA_SLOT_BYTES;
-  int creator = 0;
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd >= 0) {
-    creator = 1;
-    if (ftruncate(fd, (off_t)c->board_len) != 0) {
-      int err = errno;
-      close(fd);
-      shm_unlink(name);
-      return ul_backend_set_error(c->core, UL_ERR_SYSTEM, "cuda backend: ftruncate(%s): %s", name,
-                                  strerror(err));
-    }
-  } else {
-    double t0 = cuda_now_ms();
-    for (;;) { /* the creator may not have made it yet */
-      fd = shm_open(name, O_RDWR, 0600);
-      if (fd >= 0) {
-        struct stat st;
-        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= c->board_len) break;
-        close(fd);
-      }
-      ul_result_t rc = cuda_wait_check(c, t0, "joining the communicator");
-      if (rc != UL_OK) return rc;
-    }
-  }
-  void *m = mmap(NULL, c->board_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) {
-    if (creator) shm_unlink(name);
-    return ul_backend_set_error(c->core, UL_ERR_SYSTEM, "cuda backend: mmap(%s): %s", name,
-                                strerror(errno));
-  }
-  c->board = m;
-  if (creator) {
-    c->board->nranks = c->nranks;
-    atomic_store(&c->board->ready, 1);
-  } else {
-    double t0 = cuda_now_ms();
-    while (!atomic_load(&c->board->ready)) {
-      ul_result_t rc = cuda_wait_check(c, t0, "joining the communicator");
-      if (rc != UL_OK) return rc;
-    }
-    if (c->board->nranks != c->nranks)
-      return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
-                                  "cuda backend: rank %d joined with nranks %d but the "
-                                  "communicator has %d",
-                                  c->rank, c->nranks, c->board->nranks);
-  }
-  atomic_fetch_add(&c->board->joined, 1);
-  ul_result_t rc = cuda_board_barrier(c, "joining the communicator");
-  if (c->rank == 0 || creator) shm_unlink(name); /* everyone has it mapped (or timed out) */
-  return rc;
+                                const char *what) {
+  return ulbu_board_allgather(&c->board, mine, all, sizeof(*mine), what);
 }
 
 /* --------------------------------------------------------------- lifecycle */
 
 static ul_result_t cuda_init(char *reason, size_t reason_len) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    ulgpu_format_cuda_error(reason, reason_len, "cudaGetDeviceCount", (int)e, cudaGetErrorString(e));
-    return UL_ERR_UNAVAILABLE;
-  }
-  if (n <= 0) {
-    snprintf(reason, reason_len, "cudaGetDeviceCount: no CUDA device visible");
-    return UL_ERR_UNAVAILABLE;
-  }
-  cuda_ndev = n;
-  return UL_OK;
+  return ulgpu_device_count(reason, reason_len, &cuda_ndev);
 }
 
 static void cuda_fini(void) {}
@@ -328,46 +187,31 @@ static ul_result_t cuda_query_caps(ul_backend_caps_t *caps) {
 }
 
 static ul_result_t cuda_get_unique_id(unsigned char *payload, size_t bytes) {
-  cuda_id_payload_t p;
-  memset(&p, 0, sizeof(p));
-  p.magic = CUDA_ID_MAGIC;
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || read(fd, p.token, sizeof(p.token)) != (ssize_t)sizeof(p.token)) {
-    if (fd >= 0) close(fd);
-    return ul_backend_set_error(NULL, UL_ERR_SYSTEM, "cuda backend: cannot read /dev/urandom");
-  }
-  close(fd);
-  memset(payload, 0, bytes);
-  memcpy(payload, &p, sizeof(p));
-  return UL_OK;
+  return ulbu_token_id_make(payload, bytes, CUDA_ID_MAGIC, "cuda backend");
+}
+
+static void cuda_alloc_release(void *ptr, int tag, void *arg) {
+  (void)tag, (void)arg;
+  cudaFree(ptr);
 }
 
 static void cuda_comm_free(ul_backend_comm_t *c) {
   if (!c) return;
   cudaSetDevice(c->device);
   if (c->internal) cudaStreamDestroy(c->internal);
-  for (struct cuda_alloc *a = c->allocs, *n; a; a = n) {
-    n = a->next;
-    cudaFree(a->ptr);
-    free(a);
-  }
-  if (c->board) munmap(c->board, c->board_len);
+  ulbu_alloc_list_destroy(&c->allocs, cuda_alloc_release, NULL);
+  ulbu_board_leave(&c->board);
   free(c->idents);
   free(c->peer_dev);
-  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
 static ul_result_t cuda_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **out,
                                   ul_backend_comm_props_t *props) {
   *out = NULL;
-  cuda_id_payload_t p;
-  if (!a->id_payload || a->id_payload_bytes < sizeof(p))
-    return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG, "cuda backend: id payload too small");
-  memcpy(&p, a->id_payload, sizeof(p));
-  if (p.magic != CUDA_ID_MAGIC)
-    return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG,
-                                "cuda backend: the unique id was not made by the cuda backend");
+  ulbu_token_id_t p;
+  ul_result_t prc = ulbu_token_id_read(a, CUDA_ID_MAGIC, "cuda backend", "cuda", &p);
+  if (prc != UL_OK) return prc;
   ulgpu_path_t want;
   const char *ptxt = ul_backend_param_str("CUDA_PATH", "auto",
                                           "cuda backend data path: auto | p2p (peer access, NVLink "
@@ -384,7 +228,7 @@ static ul_result_t cuda_comm_init(const ul_backend_comm_args_t *a, ul_backend_co
   c->timeout_ms = a->timeout_ms;
   c->abort_flag = a->abort_flag;
   c->device = a->device != UL_CONFIG_UNDEF ? a->device : (cuda_ndev ? a->rank % cuda_ndev : 0);
-  pthread_mutex_init(&c->lock, NULL);
+  ulbu_alloc_list_init(&c->allocs);
   ul_result_t rc = UL_OK;
   cuda_slot_t mine, *all = NULL;
   cudaError_t e;
@@ -409,7 +253,9 @@ static ul_result_t cuda_comm_init(const ul_backend_comm_args_t *a, ul_backend_co
     rc = ul_backend_set_error(a->comm, UL_ERR_NO_MEMORY, "cuda backend: out of memory");
     goto fail;
   }
-  if ((rc = cuda_board_join(c, &p)) != UL_OK) goto fail;
+  if ((rc = ulbu_board_join(&c->board, &cuda_board_conf, c, c->core, c->rank, c->nranks,
+                           p.token)) != UL_OK)
+    goto fail;
   memset(&mine, 0, sizeof(mine));
   if ((rc = ulgpu_ident_get(c->device, &mine.ident)) != UL_OK) {
     rc = ul_backend_set_error(a->comm, rc, "cuda backend: cannot read GPU %d", c->device);
@@ -480,7 +326,7 @@ fail:
 static ul_result_t cuda_comm_finalize(ul_backend_comm_t *c) {
   ul_result_t rc = cuda_stream_wait(c, c->internal, c->timeout_ms);
   if (rc != UL_OK) return rc;
-  return cuda_board_barrier(c, "comm finalize");
+  return ulbu_board_barrier(&c->board, "comm finalize");
 }
 
 static ul_result_t cuda_comm_destroy(ul_backend_comm_t *c) {
@@ -502,27 +348,11 @@ static ul_result_t cuda_comm_topology(ul_backend_comm_t *c, int peer, ul_link_in
 /* ----------------------------------------------------------------- streams */
 
 static ul_result_t cuda_stream_create(ul_backend_comm_t *c, ul_backend_stream_t **out) {
-  ul_backend_stream_t *s = calloc(1, sizeof(*s));
-  if (!s) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "cuda backend: out of memory");
-  cudaSetDevice(c->device);
-  cudaError_t e = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    free(s);
-    return cuda_fail(c, "cudaStreamCreateWithFlags", e);
-  }
-  s->c = c;
-  s->owned = 1;
-  *out = s;
-  return UL_OK;
+  return ulgpu_stream_create(c, c->core, "cuda backend", c->device, out);
 }
 
 static ul_result_t cuda_stream_wrap(ul_backend_comm_t *c, void *native, ul_backend_stream_t **out) {
-  ul_backend_stream_t *s = calloc(1, sizeof(*s));
-  if (!s) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "cuda backend: out of memory");
-  s->c = c;
-  s->s = (cudaStream_t)native;
-  *out = s;
-  return UL_OK;
+  return ulgpu_stream_wrap(c, c->core, "cuda backend", native, out);
 }
 
 static ul_result_t cuda_stream_synchronize(ul_backend_stream_t *s, int timeout_ms) {
@@ -546,55 +376,25 @@ static ul_result_t cuda_stream_destroy(ul_backend_stream_t *s) {
 /* ------------------------------------------------------------------ memory */
 
 static ul_result_t cuda_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
-  struct cuda_alloc *a = calloc(1, sizeof(*a));
-  if (!a) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "cuda backend: out of memory");
+  void *p = NULL;
   cudaSetDevice(c->device);
-  cudaError_t e = cudaMalloc(&a->ptr, size); /* cudaMalloc memory can be IPC-exported */
-  if (e != cudaSuccess) {
-    free(a);
-    return cuda_fail(c, "cudaMalloc", e);
+  cudaError_t e = cudaMalloc(&p, size); /* cudaMalloc memory can be IPC-exported */
+  if (e != cudaSuccess) return cuda_fail(c, "cudaMalloc", e);
+  ul_result_t rc = ulbu_alloc_add(&c->allocs, c->core, "cuda backend", p, size, 0);
+  if (rc != UL_OK) {
+    cudaFree(p);
+    return rc;
   }
-  a->size = size;
-  pthread_mutex_lock(&c->lock);
-  a->next = c->allocs;
-  c->allocs = a;
-  pthread_mutex_unlock(&c->lock);
-  *ptr = a->ptr;
+  *ptr = p;
   return UL_OK;
 }
 
 static ul_result_t cuda_mem_free(ul_backend_comm_t *c, void *ptr) {
-  pthread_mutex_lock(&c->lock);
-  struct cuda_alloc **pp = &c->allocs, *a = NULL;
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->ptr == ptr) {
-      a = *pp;
-      *pp = a->next;
-      break;
-    }
-  pthread_mutex_unlock(&c->lock);
-  if (!a)
-    return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
-                                "cuda backend: ul_mem_free: %p was not allocated by ul_mem_alloc on "
-                                "this communicator", ptr);
+  ul_result_t rc = ulbu_alloc_remove(&c->allocs, c->core, "cuda backend", ptr, NULL);
+  if (rc != UL_OK) return rc;
   cudaSetDevice(c->device);
-  cudaFree(a->ptr);
-  free(a);
+  cudaFree(ptr);
   return UL_OK;
-}
-
-/* Offset of ptr inside the ul_mem_alloc allocation holding it (IPC handles name the
- * allocation, not the pointer); 0 when ptr is not from ul_mem_alloc. */
-static uint64_t cuda_alloc_offset(ul_backend_comm_t *c, void *ptr) {
-  uint64_t off = 0;
-  pthread_mutex_lock(&c->lock);
-  for (struct cuda_alloc *a = c->allocs; a; a = a->next)
-    if ((char *)ptr >= (char *)a->ptr && (char *)ptr < (char *)a->ptr + a->size) {
-      off = (uint64_t)((char *)ptr - (char *)a->ptr);
-      break;
-    }
-  pthread_mutex_unlock(&c->lock);
-  return off;
 }
 
 static void cuda_window_free(ul_backend_comm_t *c, ul_backend_window_t *w) {
@@ -636,22 +436,14 @@ static ul_result_t cuda_window_register(ul_backend_comm_t *c, void *base, size_t
   w->shadow_off = (w->sig_off + sig_bytes + 4095) & ~(size_t)4095;
   w->seg_len = w->shadow_off + (c->path == ULGPU_PATH_STAGED ? ((size + 4095) & ~(size_t)4095) : 0);
   char name[96];
-  cuda_seg_name(name, sizeof(name), c->token_hex, "w", (int)seq, c->rank);
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0 || ftruncate(fd, (off_t)w->seg_len) != 0) {
-    rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "cuda backend: shm segment %s: %s", name,
-                              strerror(errno));
-    if (fd >= 0) close(fd);
-    shm_unlink(name);
-    goto fail_early;
-  }
-  close(fd);
+  ulbu_board_name(&c->board, name, sizeof(name), "w", (int)seq, c->rank);
+  if ((rc = ulbu_shm_create(c->core, "cuda backend", name, w->seg_len)) != UL_OK) goto fail_early;
   memset(&mine, 0, sizeof(mine));
   mine.ident = c->idents[c->rank];
   mine.raw_base = (uint64_t)(uintptr_t)base;
   mine.size = size;
   if (c->path == ULGPU_PATH_P2P && !c->same_process && base && size) {
-    mine.ipc_offset = cuda_alloc_offset(c, base);
+    mine.ipc_offset = ulbu_alloc_offset(&c->allocs, base);
     if ((e = cudaIpcGetMemHandle(&mine.ipc, (char *)base - mine.ipc_offset)) != cudaSuccess) {
       rc = cuda_fail(c, "cudaIpcGetMemHandle (window memory must come from ul_mem_alloc)", e);
       /* still take part in the allgather so peers do not wait for the timeout */
@@ -662,20 +454,9 @@ static ul_result_t cuda_window_register(ul_backend_comm_t *c, void *base, size_t
   for (int r = 0; rc == UL_OK && r < c->nranks; r++) {
     cuda_peer_win_t *pw = &w->peers[r];
     char pname[96];
-    cuda_seg_name(pname, sizeof(pname), c->token_hex, "w", (int)seq, r);
-    int pfd = shm_open(pname, O_RDWR, 0600);
-    if (pfd < 0) {
-      rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "cuda backend: open %s: %s", pname,
-                                strerror(errno));
-      break;
-    }
-    void *m = mmap(NULL, w->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-    close(pfd);
-    if (m == MAP_FAILED) {
-      rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "cuda backend: mmap %s: %s", pname,
-                                strerror(errno));
-      break;
-    }
+    void *m = NULL;
+    ulbu_board_name(&c->board, pname, sizeof(pname), "w", (int)seq, r);
+    if ((rc = ulbu_shm_map(c->core, "cuda backend", pname, w->seg_len, &m)) != UL_OK) break;
     pw->seg = m;
     /* Pinned and mapped: kernels store signals into it, copies to the shadow run at
      * full PCIe speed. */
@@ -712,7 +493,7 @@ static ul_result_t cuda_window_register(ul_backend_comm_t *c, void *base, size_t
       if (r == c->rank) pw->dev = base;
     }
   }
-  grc = cuda_board_barrier(c, "window register");
+  grc = ulbu_board_barrier(&c->board, "window register");
   shm_unlink(name); /* every rank has mapped it (or failed): no name left behind */
   if (rc == UL_OK) rc = grc;
   free(all);
@@ -731,7 +512,7 @@ fail_early:
 static ul_result_t cuda_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
   /* Peers may still be copying into our window/segment until everyone is here. */
   ul_result_t rc = cuda_stream_wait(c, c->internal, c->timeout_ms);
-  ul_result_t b = cuda_board_barrier(c, "window deregister");
+  ul_result_t b = ulbu_board_barrier(&c->board, "window deregister");
   cuda_window_free(c, w);
   return rc != UL_OK ? rc : b;
 }
@@ -849,7 +630,7 @@ static ul_result_t cuda_drain_log(ul_backend_comm_t *c, ul_backend_window_t *w, 
 
 static ul_result_t cuda_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                     uint64_t value, ul_backend_stream_t *s) {
-  double t0 = cuda_now_ms();
+  double t0 = ulbu_now_ms();
   while (cuda_signal_sum(c, w, index) < value) {
     ul_result_t rc = cuda_wait_check(c, t0, "ul_wait_signal");
     if (rc != UL_OK)

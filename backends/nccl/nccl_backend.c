@@ -14,15 +14,11 @@
 #include <time.h>
 #include <unilink/backend.h>
 
+#include "backend_util.h"
 #include "gpu_common.h"
+#include "gpu_stream.h"
 #include "gpu_topo.h"
 #include "nccl_map.h"
-
-struct nccl_alloc {
-  void *ptr;
-  int from_nccl; /* ncclMemAlloc (1) or cudaMalloc fallback (0) */
-  struct nccl_alloc *next;
-};
 
 struct ul_backend_comm {
   ncclComm_t nc;
@@ -35,14 +31,7 @@ struct ul_backend_comm {
   cudaStream_t internal;    /* used for NULL streams; synchronized before returning */
   int *barrier_buf;         /* 1 device int: barrier = 1-element allreduce */
   ulgpu_ident_t *idents;    /* nranks: every rank's GPU (topology) */
-  pthread_mutex_t lock;     /* guards allocs */
-  struct nccl_alloc *allocs;
-};
-
-struct ul_backend_stream {
-  ul_backend_comm_t *c;
-  cudaStream_t s;
-  int owned;
+  ulbu_alloc_list_t allocs; /* tag: ncclMemAlloc (1) or cudaMalloc fallback (0) */
 };
 
 struct ul_backend_window {
@@ -65,29 +54,10 @@ static ul_result_t nccl_fail(ul_backend_comm_t *c, const char *call, ncclResult_
 }
 
 static ul_result_t nccl_cuda_fail(ul_backend_comm_t *c, const char *call, cudaError_t e) {
-  char buf[320];
-  ulgpu_format_cuda_error(buf, sizeof(buf), call, (int)e, cudaGetErrorString(e));
-  return ul_backend_set_error(c ? c->core : NULL, ulgpu_cuda_result((int)e), "nccl backend: %s",
-                              buf);
+  return ulgpu_fail(c ? c->core : NULL, "nccl backend", call, e);
 }
 
 /* ----------------------------------------------------------------- waiting */
-
-static double nccl_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* Spin briefly (latency), then sleep a little between polls (CPU). */
-static void nccl_backoff(double started, double now) {
-  if (now - started < 1.0) {
-    sched_yield();
-  } else {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
-}
 
 static ul_result_t nccl_check_abort(ul_backend_comm_t *c, const char *what) {
   if (c->dead || (c->abort_flag && *c->abort_flag))
@@ -99,7 +69,7 @@ static ul_result_t nccl_check_abort(ul_backend_comm_t *c, const char *what) {
 /* Nonblocking NCCL: after a call returned ncclInProgress (or an init), poll the
  * communicator's state until it leaves ncclInProgress, honouring timeout and abort. */
 static ul_result_t nccl_wait_ready(ul_backend_comm_t *c, ncclComm_t nc, const char *call) {
-  double t0 = nccl_now_ms();
+  double t0 = ulbu_now_ms();
   for (;;) {
     ncclResult_t st = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(nc, &st);
@@ -108,7 +78,7 @@ static ul_result_t nccl_wait_ready(ul_backend_comm_t *c, ncclComm_t nc, const ch
     if (st != ncclInProgress) return nccl_fail(c, call, st);
     ul_result_t a = nccl_check_abort(c, call);
     if (a != UL_OK) return a;
-    double now = nccl_now_ms();
+    double now = ulbu_now_ms();
     if (c->timeout_ms > 0 && now - t0 > c->timeout_ms) {
       c->failed = 1;
       return ul_backend_set_error(c->core, UL_ERR_TIMEOUT,
@@ -116,14 +86,14 @@ static ul_result_t nccl_wait_ready(ul_backend_comm_t *c, ncclComm_t nc, const ch
                                   "not join?); abort the communicator",
                                   c->rank, call, c->timeout_ms);
     }
-    nccl_backoff(t0, now);
+    ulbu_backoff(t0, now);
   }
 }
 
 /* Wait for a CUDA stream: cudaStreamQuery + ncclCommGetAsyncError, with the timeout and
  * the abort flag (the documented replacement for cudaStreamSynchronize). */
 static ul_result_t nccl_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int timeout_ms) {
-  double t0 = nccl_now_ms();
+  double t0 = ulbu_now_ms();
   for (unsigned spins = 0;; spins++) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return UL_OK;
@@ -136,7 +106,7 @@ static ul_result_t nccl_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int ti
     }
     ul_result_t a = nccl_check_abort(c, "stream synchronize");
     if (a != UL_OK) return a;
-    double now = nccl_now_ms();
+    double now = ulbu_now_ms();
     if (timeout_ms > 0 && now - t0 > timeout_ms) {
       c->failed = 1;
       return ul_backend_set_error(c->core, UL_ERR_TIMEOUT,
@@ -145,7 +115,7 @@ static ul_result_t nccl_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int ti
                                   "communicator",
                                   c->rank, timeout_ms);
     }
-    nccl_backoff(t0, now);
+    ulbu_backoff(t0, now);
   }
 }
 
@@ -185,16 +155,8 @@ static ul_result_t nccl_types(ul_backend_comm_t *c, ul_dtype_t dtype, int reduce
 
 static ul_result_t nccl_init(char *reason, size_t reason_len) {
   int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    ulgpu_format_cuda_error(reason, reason_len, "cudaGetDeviceCount", (int)e,
-                            cudaGetErrorString(e));
-    return UL_ERR_UNAVAILABLE;
-  }
-  if (n <= 0) {
-    snprintf(reason, reason_len, "cudaGetDeviceCount: no CUDA device visible");
-    return UL_ERR_UNAVAILABLE;
-  }
+  ul_result_t rc = ulgpu_device_count(reason, reason_len, &n);
+  if (rc != UL_OK) return rc;
   ncclResult_t r = ncclGetVersion(&nccl_version_code);
   if (r != ncclSuccess) {
     snprintf(reason, reason_len, "ncclGetVersion: %s", ncclGetErrorString(r));
@@ -252,9 +214,16 @@ static ul_backend_comm_t *nccl_comm_new(const ul_backend_comm_args_t *a, int dev
   c->device = device;
   c->timeout_ms = a->timeout_ms;
   c->abort_flag = a->abort_flag;
-  pthread_mutex_init(&c->lock, NULL);
+  ulbu_alloc_list_init(&c->allocs);
   cudaDeviceGetAttribute(&c->sm_major, cudaDevAttrComputeCapabilityMajor, device);
   return c;
+}
+
+/* tag 1: ncclMemAlloc, 0: the cudaMalloc fallback. */
+static void nccl_alloc_release(void *ptr, int from_nccl, void *arg) {
+  (void)arg;
+  if (from_nccl) ncclMemFree(ptr);
+  else cudaFree(ptr);
 }
 
 static void nccl_comm_free(ul_backend_comm_t *c) {
@@ -262,14 +231,8 @@ static void nccl_comm_free(ul_backend_comm_t *c) {
   cudaSetDevice(c->device);
   if (c->internal) cudaStreamDestroy(c->internal);
   if (c->barrier_buf) cudaFree(c->barrier_buf);
-  for (struct nccl_alloc *a = c->allocs, *n; a; a = n) {
-    n = a->next;
-    if (a->from_nccl) ncclMemFree(a->ptr);
-    else cudaFree(a->ptr);
-    free(a);
-  }
+  ulbu_alloc_list_destroy(&c->allocs, nccl_alloc_release, NULL);
   free(c->idents);
-  pthread_mutex_destroy(&c->lock);
   free(c);
 }
 
@@ -488,28 +451,11 @@ static ul_result_t nccl_comm_topology(ul_backend_comm_t *c, int peer, ul_link_in
 /* ----------------------------------------------------------------- streams */
 
 static ul_result_t nccl_stream_create(ul_backend_comm_t *c, ul_backend_stream_t **out) {
-  ul_backend_stream_t *s = calloc(1, sizeof(*s));
-  if (!s) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
-  cudaSetDevice(c->device);
-  cudaError_t e = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
-  if (e != cudaSuccess) {
-    free(s);
-    return nccl_cuda_fail(c, "cudaStreamCreateWithFlags", e);
-  }
-  s->c = c;
-  s->owned = 1;
-  *out = s;
-  return UL_OK;
+  return ulgpu_stream_create(c, c->core, "nccl backend", c->device, out);
 }
 
 static ul_result_t nccl_stream_wrap(ul_backend_comm_t *c, void *native, ul_backend_stream_t **out) {
-  ul_backend_stream_t *s = calloc(1, sizeof(*s));
-  if (!s) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
-  s->c = c;
-  s->s = (cudaStream_t)native;
-  s->owned = 0;
-  *out = s;
-  return UL_OK;
+  return ulgpu_stream_wrap(c, c->core, "nccl backend", native, out);
 }
 
 static ul_result_t nccl_stream_synchronize(ul_backend_stream_t *s, int timeout_ms) {
@@ -540,47 +486,33 @@ static ul_result_t nccl_stream_destroy(ul_backend_stream_t *s) {
 /* ------------------------------------------------------------------ memory */
 
 static ul_result_t nccl_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
-  struct nccl_alloc *a = calloc(1, sizeof(*a));
-  if (!a) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
+  void *p = NULL;
+  int from_nccl = 0;
   cudaSetDevice(c->device);
   /* ncclMemAlloc gives VMM memory every NCCL optimisation (and windows) accepts; fall
    * back to cudaMalloc where VMM is not available. */
-  ncclResult_t r = ncclMemAlloc(&a->ptr, size);
+  ncclResult_t r = ncclMemAlloc(&p, size);
   if (r == ncclSuccess) {
-    a->from_nccl = 1;
+    from_nccl = 1;
   } else {
-    cudaError_t e = cudaMalloc(&a->ptr, size);
-    if (e != cudaSuccess) {
-      free(a);
-      return nccl_cuda_fail(c, "cudaMalloc", e);
-    }
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) return nccl_cuda_fail(c, "cudaMalloc", e);
   }
-  pthread_mutex_lock(&c->lock);
-  a->next = c->allocs;
-  c->allocs = a;
-  pthread_mutex_unlock(&c->lock);
-  *ptr = a->ptr;
+  ul_result_t rc = ulbu_alloc_add(&c->allocs, c->core, "nccl backend", p, size, from_nccl);
+  if (rc != UL_OK) {
+    nccl_alloc_release(p, from_nccl, NULL);
+    return rc;
+  }
+  *ptr = p;
   return UL_OK;
 }
 
 static ul_result_t nccl_mem_free(ul_backend_comm_t *c, void *ptr) {
-  pthread_mutex_lock(&c->lock);
-  struct nccl_alloc **pp = &c->allocs, *a = NULL;
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->ptr == ptr) {
-      a = *pp;
-      *pp = a->next;
-      break;
-    }
-  pthread_mutex_unlock(&c->lock);
-  if (!a)
-    return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
-                                "nccl backend: ul_mem_free: %p was not allocated by ul_mem_alloc on "
-                                "this communicator", ptr);
+  int from_nccl = 0;
+  ul_result_t rc = ulbu_alloc_remove(&c->allocs, c->core, "nccl backend", ptr, &from_nccl);
+  if (rc != UL_OK) return rc;
   cudaSetDevice(c->device);
-  if (a->from_nccl) ncclMemFree(a->ptr);
-  else cudaFree(a->ptr);
-  free(a);
+  nccl_alloc_release(ptr, from_nccl, NULL);
   return UL_OK;
 }
 

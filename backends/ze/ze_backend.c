@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include <unilink/backend.h>
 
+#include "backend_util.h"
 #include "ze_common.h"
 #include "ze_ipc.h"
 
@@ -80,19 +81,6 @@ static ze_handle_from_fd_fn ze_handle_from_fd;
 
 /* ------------------------------------------------------------------ types */
 
-typedef struct ze_id_payload {
-  unsigned magic;
-  unsigned char token[16];
-} ze_id_payload_t;
-
-typedef struct ze_board_hdr {
-  _Atomic unsigned ready;
-  _Atomic int joined;
-  _Atomic unsigned bar_count;
-  _Atomic unsigned bar_gen;
-  int nranks;
-} ze_board_hdr_t;
-
 typedef struct ze_ident {
   uint64_t host_hash;
   int32_t pid;
@@ -110,12 +98,6 @@ typedef struct ze_slot {
   char why[160];
 } ze_slot_t;
 _Static_assert(sizeof(ze_slot_t) <= ZE_SLOT_BYTES, "slot too small");
-
-struct ze_alloc {
-  void *ptr;
-  size_t size;
-  struct ze_alloc *next;
-};
 
 struct ul_backend_stream {
   ul_backend_comm_t *c;
@@ -143,15 +125,12 @@ struct ul_backend_comm {
   ze_device_handle_t dev;
   struct ul_backend_stream internal;
   int same_process;
-  char token_hex[33];
-  ze_board_hdr_t *board;
-  size_t board_len;
+  ulbu_board_t board; /* bootstrap: barrier and allgathers */
   ze_ident_t *idents;
   int *peer_dev; /* local device index of each peer, -1 if not visible */
   ul_link_info_t *links;
   unsigned win_seq;
-  pthread_mutex_t lock; /* allocs */
-  struct ze_alloc *allocs;
+  ulbu_alloc_list_t allocs; /* ul_mem_alloc memory */
   /* events and pending signals */
   ze_event_pool_handle_t pool;
   ze_event_handle_t ev[ZE_NEVENTS];
@@ -194,34 +173,20 @@ static ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r
   return ul_backend_set_error(c ? c->core : NULL, ulze_result((uint32_t)r), "ze backend: %s", buf);
 }
 
-static double ze_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void ze_backoff(double t0, double now) {
-  if (now - t0 < 1.0) sched_yield();
-  else {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 static int ze_aborted(ul_backend_comm_t *c) { return c->dead || (c->abort_flag && *c->abort_flag); }
 
 /* UL_OK to keep waiting, else the error to return. */
 static ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const char *what) {
-  if (ze_aborted(c))
-    return ul_backend_set_error(c->core, UL_ERR_ABORTED, "rank %d: %s: communicator was aborted",
-                                c->rank, what);
-  if (c->async_err != ZE_RESULT_SUCCESS) return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
-  double now = ze_now_ms();
-  if (timeout_ms > 0 && now - t0 > timeout_ms)
-    return ul_backend_set_error(c->core, UL_ERR_TIMEOUT, "rank %d: %s did not complete within %d ms",
-                                c->rank, what, timeout_ms);
-  ze_backoff(t0, now);
-  return UL_OK;
+  int aborted = ze_aborted(c);
+  /* An abort is reported before a failed signal delivery. */
+  if (!aborted && c->async_err != ZE_RESULT_SUCCESS)
+    return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
+  return ulbu_wait_step(c->core, c->rank, aborted, t0, timeout_ms, what);
+}
+
+static ul_result_t ze_board_wait(void *arg, double t0, const char *what) {
+  ul_backend_comm_t *c = arg;
+  return ze_wait_check(c, t0, c->timeout_ms, what);
 }
 
 static uint64_t ze_host_hash(void) {
@@ -288,7 +253,7 @@ static void *ze_progress_main(void *arg) {
 }
 
 static ul_result_t ze_event_get(ul_backend_comm_t *c, int *idx) {
-  double t0 = ze_now_ms();
+  double t0 = ulbu_now_ms();
   for (;;) {
     pthread_mutex_lock(&c->evlock);
     if (c->ev_nfree > 0) {
@@ -348,7 +313,7 @@ static ul_result_t ze_list_sync(ul_backend_comm_t *c, struct ul_backend_stream *
     return ze_fail(c, "zeCommandListAppendBarrier (synchronize)", r);
   }
   st->dirty = 0;
-  double t0 = ze_now_ms();
+  double t0 = ulbu_now_ms();
   for (;;) {
     r = zeEventQueryStatus(c->ev[ev]);
     if (r == ZE_RESULT_SUCCESS) break;
@@ -456,94 +421,13 @@ static ul_result_t ze_stream_destroy(ul_backend_stream_t *s) {
 
 /* ------------------------------------------------------------------- board */
 
-static void ze_seg_name(char *buf, size_t len, const char *token_hex, const char *what, int a, int b) {
-  snprintf(buf, len, "/ulze-%s-%s%d-%d", token_hex, what, a, b);
-}
+static const ulbu_board_conf_t ze_board_conf = {"ze backend", "ulze", ZE_SLOT_BYTES, 0,
+                                                ze_board_wait};
 
-static ul_result_t ze_board_barrier(ul_backend_comm_t *c, const char *what) {
-  ze_board_hdr_t *h = c->board;
-  unsigned gen = atomic_load(&h->bar_gen);
-  if (atomic_fetch_add(&h->bar_count, 1) == (unsigned)c->nranks - 1) {
-    atomic_store(&h->bar_count, 0);
-    atomic_fetch_add(&h->bar_gen, 1);
-    return UL_OK;
-  }
-  double t0 = ze_now_ms();
-  while (atomic_load(&h->bar_gen) == gen) {
-    ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, what);
-    if (rc != UL_OK) return rc;
-  }
-  return UL_OK;
-}
-
-static ze_slot_t *ze_slot(ul_backend_comm_t *c, int r) {
-  return (ze_slot_t *)((char *)c->board + 4096 + (size_t)r * ZE_SLOT_BYTES);
-}
-
+/* Publish *mine, then read every rank's slot into all[] (collective). */
 static ul_result_t ze_allgather(ul_backend_comm_t *c, const ze_slot_t *mine, ze_slot_t *all,
                                 const char *what) {
-  memcpy(ze_slot(c, c->rank), mine, sizeof(*mine));
-  ul_result_t rc = ze_board_barrier(c, what);
-  if (rc != UL_OK) return rc;
-  for (int r = 0; r < c->nranks; r++) memcpy(&all[r], ze_slot(c, r), sizeof(ze_slot_t));
-  return ze_board_barrier(c, what);
-}
-
-static ul_result_t ze_board_join(ul_backend_comm_t *c, const ze_id_payload_t *p) {
-  for (int i = 0; i < 16; i++) snprintf(c->token_hex + 2 * i, 3, "%02x", p->token[i]);
-  char name[96];
-  ze_seg_name(name, sizeof(name), c->token_hex, "board", 0, 0);
-  c->board_len = 4096 + (size_t)c->nranks * ZE_SLOT_BYTES;
-  int creator = 0;
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd >= 0) {
-    creator = 1;
-    if (ftruncate(fd, (off_t)c->board_len) != 0) {
-      int err = errno;
-      close(fd);
-      shm_unlink(name);
-      return ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: ftruncate(%s): %s", name,
-                                  strerror(err));
-    }
-  } else {
-    double t0 = ze_now_ms();
-    for (;;) { /* the creator may not have sized it yet */
-      fd = shm_open(name, O_RDWR, 0600);
-      if (fd >= 0) {
-        struct stat st;
-        if (fstat(fd, &st) == 0 && (size_t)st.st_size >= c->board_len) break;
-        close(fd);
-      }
-      ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, "joining the communicator");
-      if (rc != UL_OK) return rc;
-    }
-  }
-  void *m = mmap(NULL, c->board_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (m == MAP_FAILED) {
-    if (creator) shm_unlink(name);
-    return ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: mmap(%s): %s", name,
-                                strerror(errno));
-  }
-  c->board = m;
-  if (creator) {
-    c->board->nranks = c->nranks;
-    atomic_store(&c->board->ready, 1);
-  } else {
-    double t0 = ze_now_ms();
-    while (!atomic_load(&c->board->ready)) {
-      ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, "joining the communicator");
-      if (rc != UL_OK) return rc;
-    }
-    if (c->board->nranks != c->nranks)
-      return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
-                                  "ze backend: rank %d joined with nranks %d but the communicator "
-                                  "has %d", c->rank, c->nranks, c->board->nranks);
-  }
-  atomic_fetch_add(&c->board->joined, 1);
-  ul_result_t rc = ze_board_barrier(c, "joining the communicator");
-  if (creator) shm_unlink(name); /* everyone has it mapped (or timed out) */
-  return rc;
+  return ulbu_board_allgather(&c->board, mine, all, sizeof(*mine), what);
 }
 
 /* --------------------------------------------------------------- lifecycle */
@@ -697,18 +581,12 @@ static ul_result_t ze_query_caps(ul_backend_caps_t *caps) {
 }
 
 static ul_result_t ze_get_unique_id(unsigned char *payload, size_t bytes) {
-  ze_id_payload_t p;
-  memset(&p, 0, sizeof(p));
-  p.magic = ZE_ID_MAGIC;
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || read(fd, p.token, sizeof(p.token)) != (ssize_t)sizeof(p.token)) {
-    if (fd >= 0) close(fd);
-    return ul_backend_set_error(NULL, UL_ERR_SYSTEM, "ze backend: cannot read /dev/urandom");
-  }
-  close(fd);
-  memset(payload, 0, bytes);
-  memcpy(payload, &p, sizeof(p));
-  return UL_OK;
+  return ulbu_token_id_make(payload, bytes, ZE_ID_MAGIC, "ze backend");
+}
+
+static void ze_alloc_release(void *ptr, int tag, void *arg) {
+  (void)tag, (void)arg;
+  zeMemFree(ze_ctx, ptr);
 }
 
 static void ze_comm_free(ul_backend_comm_t *c) {
@@ -724,18 +602,13 @@ static void ze_comm_free(ul_backend_comm_t *c) {
   for (int i = 0; i < ZE_NEVENTS; i++)
     if (c->ev[i]) zeEventDestroy(c->ev[i]);
   if (c->pool) zeEventPoolDestroy(c->pool);
-  for (struct ze_alloc *a = c->allocs, *n; a; a = n) {
-    n = a->next;
-    zeMemFree(ze_ctx, a->ptr);
-    free(a);
-  }
+  ulbu_alloc_list_destroy(&c->allocs, ze_alloc_release, NULL);
   if (c->stage_a) zeMemFree(ze_ctx, c->stage_a);
   if (c->stage_b) zeMemFree(ze_ctx, c->stage_b);
-  if (c->board) munmap(c->board, c->board_len);
+  ulbu_board_leave(&c->board);
   free(c->idents);
   free(c->peer_dev);
   free(c->links);
-  pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->evlock);
   pthread_cond_destroy(&c->evcond);
   pthread_mutex_destroy(&c->stage_lock);
@@ -796,13 +669,9 @@ static void ze_pair_facts(int a, int b, ulze_pair_facts_t *f) {
 static ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **out,
                                 ul_backend_comm_props_t *props) {
   *out = NULL;
-  ze_id_payload_t p;
-  if (!a->id_payload || a->id_payload_bytes < sizeof(p))
-    return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG, "ze backend: id payload too small");
-  memcpy(&p, a->id_payload, sizeof(p));
-  if (p.magic != ZE_ID_MAGIC)
-    return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG,
-                                "ze backend: the unique id was not made by the ze backend");
+  ulbu_token_id_t p;
+  ul_result_t prc = ulbu_token_id_read(a, ZE_ID_MAGIC, "ze backend", "ze", &p);
+  if (prc != UL_OK) return prc;
   int device = a->device != UL_CONFIG_UNDEF ? a->device : (ze_ndev ? a->rank % ze_ndev : 0);
   if (device < 0 || device >= ze_ndev)
     return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG,
@@ -818,7 +687,7 @@ static ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm
   c->dev = ze_devs[device].h;
   c->internal.c = c;
   c->internal.probe = -1;
-  pthread_mutex_init(&c->lock, NULL);
+  ulbu_alloc_list_init(&c->allocs);
   pthread_mutex_init(&c->evlock, NULL);
   pthread_cond_init(&c->evcond, NULL);
   pthread_mutex_init(&c->stage_lock, NULL);
@@ -856,7 +725,9 @@ static ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm
     rc = ul_backend_set_error(a->comm, UL_ERR_NO_MEMORY, "ze backend: out of memory");
     goto fail;
   }
-  if ((rc = ze_board_join(c, &p)) != UL_OK) goto fail;
+  if ((rc = ulbu_board_join(&c->board, &ze_board_conf, c, c->core, c->rank, c->nranks,
+                           p.token)) != UL_OK)
+    goto fail;
   memset(&mine, 0, sizeof(mine));
   mine.ident.host_hash = ze_host_hash();
   mine.ident.pid = (int32_t)getpid();
@@ -965,7 +836,7 @@ static ul_result_t ze_comm_init_all(const ul_backend_comm_args_t *args, int ndev
 static ul_result_t ze_comm_finalize(ul_backend_comm_t *c) {
   ul_result_t rc = ze_list_sync(c, &c->internal, c->timeout_ms);
   if (rc != UL_OK) return rc;
-  return ze_board_barrier(c, "comm finalize");
+  return ulbu_board_barrier(&c->board, "comm finalize");
 }
 
 static ul_result_t ze_comm_destroy(ul_backend_comm_t *c) {
@@ -990,39 +861,23 @@ static ul_result_t ze_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info
 /* ------------------------------------------------------------------ memory */
 
 static ul_result_t ze_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
-  struct ze_alloc *a = calloc(1, sizeof(*a));
-  if (!a) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "ze backend: out of memory");
+  void *p = NULL;
   ze_device_mem_alloc_desc_t d = {ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, NULL, 0, 0};
-  ze_result_t r = zeMemAllocDevice(ze_ctx, &d, size, 64, c->dev, &a->ptr);
-  if (r != ZE_RESULT_SUCCESS) {
-    free(a);
-    return ze_fail(c, "zeMemAllocDevice", r);
+  ze_result_t r = zeMemAllocDevice(ze_ctx, &d, size, 64, c->dev, &p);
+  if (r != ZE_RESULT_SUCCESS) return ze_fail(c, "zeMemAllocDevice", r);
+  ul_result_t rc = ulbu_alloc_add(&c->allocs, c->core, "ze backend", p, size, 0);
+  if (rc != UL_OK) {
+    zeMemFree(ze_ctx, p);
+    return rc;
   }
-  a->size = size;
-  pthread_mutex_lock(&c->lock);
-  a->next = c->allocs;
-  c->allocs = a;
-  pthread_mutex_unlock(&c->lock);
-  *ptr = a->ptr;
+  *ptr = p;
   return UL_OK;
 }
 
 static ul_result_t ze_mem_free(ul_backend_comm_t *c, void *ptr) {
-  pthread_mutex_lock(&c->lock);
-  struct ze_alloc **pp = &c->allocs, *a = NULL;
-  for (; *pp; pp = &(*pp)->next)
-    if ((*pp)->ptr == ptr) {
-      a = *pp;
-      *pp = a->next;
-      break;
-    }
-  pthread_mutex_unlock(&c->lock);
-  if (!a)
-    return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
-                                "ze backend: ul_mem_free: %p was not allocated by ul_mem_alloc on "
-                                "this communicator", ptr);
-  zeMemFree(ze_ctx, a->ptr);
-  free(a);
+  ul_result_t rc = ulbu_alloc_remove(&c->allocs, c->core, "ze backend", ptr, NULL);
+  if (rc != UL_OK) return rc;
+  zeMemFree(ze_ctx, ptr);
   return UL_OK;
 }
 
@@ -1075,7 +930,7 @@ static ul_result_t ze_export(ul_backend_comm_t *c, void *base, unsigned seq, ze_
   memcpy(mine->ipc, h.data, sizeof(mine->ipc));
   mine->ipc_offset = (uint64_t)((char *)base - (char *)abase);
   char name[96], err[200];
-  ze_seg_name(name, sizeof(name), c->token_hex, "ipc", (int)seq, c->rank);
+  ulbu_board_name(&c->board, name, sizeof(name), "ipc", (int)seq, c->rank);
   int lfd = ulze_ipc_listen(name, err, sizeof(err));
   if (lfd < 0) return ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: %s", err);
   job->listen_fd = lfd;
@@ -1097,7 +952,7 @@ static ul_result_t ze_export(ul_backend_comm_t *c, void *base, unsigned seq, ze_
 static ul_result_t ze_import(ul_backend_comm_t *c, unsigned seq, int q, const ze_slot_t *s,
                              ze_peer_win_t *pw) {
   char name[96], err[200];
-  ze_seg_name(name, sizeof(name), c->token_hex, "ipc", (int)seq, q);
+  ulbu_board_name(&c->board, name, sizeof(name), "ipc", (int)seq, q);
   int fd = -1;
   ul_result_t rc = ulze_ipc_fetch(name, c->timeout_ms, c->abort_flag, &fd, err, sizeof(err));
   if (rc != UL_OK)
@@ -1141,17 +996,10 @@ static ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t s
   size_t sig_bytes = (size_t)w->nsig * (size_t)c->nranks * sizeof(uint64_t);
   w->seg_len = (sig_bytes + 4095) & ~(size_t)4095;
   char name[96];
-  ze_seg_name(name, sizeof(name), c->token_hex, "w", (int)seq, c->rank);
-  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0 || ftruncate(fd, (off_t)w->seg_len) != 0) {
-    rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: shm segment %s: %s", name,
-                              strerror(errno));
-    if (fd >= 0) close(fd);
-    shm_unlink(name);
-    /* still take part in the allgather below so peers fail fast rather than time out */
-  } else {
-    close(fd);
-  }
+  ulbu_board_name(&c->board, name, sizeof(name), "w", (int)seq, c->rank);
+  /* On failure still take part in the allgather below so peers fail fast rather than
+   * time out. */
+  rc = ulbu_shm_create(c->core, "ze backend", name, w->seg_len);
   memset(&mine, 0, sizeof(mine));
   mine.ident = c->idents[c->rank];
   mine.raw_base = (uint64_t)(uintptr_t)base;
@@ -1178,20 +1026,9 @@ static ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t s
   for (int q = 0; rc == UL_OK && q < c->nranks; q++) {
     ze_peer_win_t *pw = &w->peers[q];
     char pname[96];
-    ze_seg_name(pname, sizeof(pname), c->token_hex, "w", (int)seq, q);
-    int pfd = shm_open(pname, O_RDWR, 0600);
-    if (pfd < 0) {
-      rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: open %s: %s", pname,
-                                strerror(errno));
-      break;
-    }
-    void *m = mmap(NULL, w->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-    close(pfd);
-    if (m == MAP_FAILED) {
-      rc = ul_backend_set_error(c->core, UL_ERR_SYSTEM, "ze backend: mmap %s: %s", pname,
-                                strerror(errno));
-      break;
-    }
+    void *m = NULL;
+    ulbu_board_name(&c->board, pname, sizeof(pname), "w", (int)seq, q);
+    if ((rc = ulbu_shm_map(c->core, "ze backend", pname, w->seg_len, &m)) != UL_OK) break;
     pw->seg = m;
     pw->my_count = calloc((size_t)w->nsig, sizeof(uint64_t));
     if (!pw->my_count) {
@@ -1216,7 +1053,7 @@ static ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t s
       rc = ul_backend_set_error(c->core, job.rc, "ze backend: %s", job.err);
   }
   free(job.pids);
-  grc = ze_board_barrier(c, "window register");
+  grc = ulbu_board_barrier(&c->board, "window register");
   shm_unlink(name); /* every rank has mapped it (or failed): no name left behind */
   if (rc == UL_OK) rc = grc;
   free(all);
@@ -1231,7 +1068,7 @@ static ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t s
 static ul_result_t ze_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
   /* Peers may still copy into our window until everyone is here. */
   ul_result_t rc = ze_list_sync(c, &c->internal, c->timeout_ms);
-  ul_result_t b = ze_board_barrier(c, "window deregister");
+  ul_result_t b = ulbu_board_barrier(&c->board, "window deregister");
   ze_window_free(c, w);
   return rc != UL_OK ? rc : b;
 }
@@ -1299,7 +1136,7 @@ static uint64_t ze_signal_sum(ul_backend_comm_t *c, ul_backend_window_t *w, int 
 
 static ul_result_t ze_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                   uint64_t value, ul_backend_stream_t *s) {
-  double t0 = ze_now_ms();
+  double t0 = ulbu_now_ms();
   while (ze_signal_sum(c, w, index) < value) {
     ze_progress(c); /* our own pending signals may be what a peer waits for */
     ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, "ul_wait_signal");

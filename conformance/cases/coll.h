@@ -37,5 +37,11 @@ extern const cf_coll_desc_t cf_coll_broadcast, cf_coll_allgather, cf_coll_alltoa
 
 /* Allocate `elems` elements (guarded); poison when `poison`. */
 void *cf_coll_buf(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int poison);
+/* The send buffer: `elems` elements holding rank `fill_rank`'s input (from element 0);
+ * send_arg points at it; `is_input`: checked unchanged after the call. -1 when the
+ * allocation failed. */
+int cf_coll_send(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int fill_rank, int is_input);
+/* The receive buffer: `elems` poisoned elements; recv_arg points at it. -1 on failure. */
+int cf_coll_recv(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems);
 
 #endif

@@ -122,6 +122,24 @@ void *cf_coll_buf(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int poison) {
   return p;
 }
 
+int cf_coll_send(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int fill_rank, int is_input) {
+  s->send_elems = elems;
+  s->send = cf_coll_buf(ctx, s, elems, 0);
+  if (!s->send) return -1;
+  cf_fill(&s->g, fill_rank, 0, elems, s->send);
+  s->send_is_input = is_input;
+  s->send_arg = s->send;
+  return 0;
+}
+
+int cf_coll_recv(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems) {
+  s->recv_elems = elems;
+  s->recv = cf_coll_buf(ctx, s, elems, 1);
+  if (!s->recv) return -1;
+  s->recv_arg = s->recv;
+  return 0;
+}
+
 static void cf_coll_state_init(cf_ctx_t *ctx, cf_coll_state_t *s) {
   const cf_inst_t *in = ctx->inst;
   memset(s, 0, sizeof *s);

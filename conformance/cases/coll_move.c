@@ -4,21 +4,14 @@
 
 /* ---------------------------------------------------------------- broadcast */
 static int broadcast_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
-  s->recv_elems = s->cnt;
-  s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
-  if (!s->recv) return -1;
-  s->recv_arg = s->recv;
+  if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   if (s->r == s->root) {
     if (s->inplace) {
       cf_fill(&s->g, s->root, 0, s->cnt, s->recv);
       s->send_arg = s->recv;
     } else {
-      s->send_elems = s->cnt;
-      s->send = cf_coll_buf(ctx, s, s->cnt, 0);
-      if (!s->send) return -1;
-      cf_fill(&s->g, s->root, 0, s->cnt, s->send);
-      s->send_is_input = 0; /* checked below against the root's input */
-      s->send_arg = s->send;
+      /* not an "unchanged input" check: verified below against the root's input */
+      if (cf_coll_send(ctx, s, s->cnt, s->root, 0)) return -1;
     }
   } else {
     /* sendbuf is read on root only: NULL elsewhere out of place, aliased in place */
@@ -43,21 +36,13 @@ const cf_coll_desc_t cf_coll_broadcast = {UL_COLL_BROADCAST, 0, 1, 1, broadcast_
 /* ---------------------------------------------------------------- allgather */
 static int allgather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   size_t total = s->cnt * (size_t)s->n;
-  s->recv_elems = total;
-  s->recv = cf_coll_buf(ctx, s, total, 1);
-  if (!s->recv) return -1;
-  s->recv_arg = s->recv;
+  if (cf_coll_recv(ctx, s, total)) return -1;
   if (s->inplace) {
     char *slot = (char *)s->recv + (size_t)s->r * s->cnt * s->sz;
     cf_fill(&s->g, s->r, 0, s->cnt, slot);
     s->send_arg = slot;
   } else {
-    s->send_elems = s->cnt;
-    s->send = cf_coll_buf(ctx, s, s->cnt, 0);
-    if (!s->send) return -1;
-    cf_fill(&s->g, s->r, 0, s->cnt, s->send);
-    s->send_is_input = 1;
-    s->send_arg = s->send;
+    if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;
   }
   s->result = s->recv;
   s->result_elems = total;
@@ -76,14 +61,7 @@ const cf_coll_desc_t cf_coll_allgather = {UL_COLL_ALLGATHER, 0, 0, 1, allgather_
 /* ---------------------------------------------------------------- alltoall */
 static int alltoall_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   size_t total = s->cnt * (size_t)s->n;
-  s->send_elems = s->recv_elems = total;
-  s->send = cf_coll_buf(ctx, s, total, 0);
-  s->recv = cf_coll_buf(ctx, s, total, 1);
-  if (!s->send || !s->recv) return -1;
-  cf_fill(&s->g, s->r, 0, total, s->send);
-  s->send_is_input = 1;
-  s->send_arg = s->send;
-  s->recv_arg = s->recv;
+  if (cf_coll_send(ctx, s, total, s->r, 1) || cf_coll_recv(ctx, s, total)) return -1;
   s->result = s->recv;
   s->result_elems = total;
   return 0;
@@ -103,10 +81,7 @@ static int gather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   size_t total = s->cnt * (size_t)s->n;
   int root = s->r == s->root;
   if (root) {
-    s->recv_elems = total;
-    s->recv = cf_coll_buf(ctx, s, total, 1);
-    if (!s->recv) return -1;
-    s->recv_arg = s->recv;
+    if (cf_coll_recv(ctx, s, total)) return -1;
     s->result = s->recv;
     s->result_elems = total;
   } else {
@@ -117,12 +92,7 @@ static int gather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
     cf_fill(&s->g, s->r, 0, s->cnt, slot);
     s->send_arg = slot;
   } else {
-    s->send_elems = s->cnt;
-    s->send = cf_coll_buf(ctx, s, s->cnt, 0);
-    if (!s->send) return -1;
-    cf_fill(&s->g, s->r, 0, s->cnt, s->send);
-    s->send_is_input = 1;
-    s->send_arg = s->send;
+    if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;
   }
   return 0;
 }
@@ -142,21 +112,14 @@ static int scatter_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   size_t total = s->cnt * (size_t)s->n;
   int root = s->r == s->root;
   if (root) {
-    s->send_elems = total;
-    s->send = cf_coll_buf(ctx, s, total, 0);
-    if (!s->send) return -1;
-    cf_fill(&s->g, s->root, 0, total, s->send);
-    s->send_arg = s->send;
+    if (cf_coll_send(ctx, s, total, s->root, 0)) return -1;
   } else {
     s->send_arg = NULL; /* documented: sendbuf may be NULL off root */
   }
   if (root && s->inplace) {
     s->recv_arg = (char *)s->send + (size_t)s->root * s->cnt * s->sz;
   } else {
-    s->recv_elems = s->cnt;
-    s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
-    if (!s->recv) return -1;
-    s->recv_arg = s->recv;
+    if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   }
   s->result = s->recv_arg;
   s->result_elems = s->cnt;

@@ -3,20 +3,12 @@
 
 /* ---------------------------------------------------------------- allreduce */
 static int allreduce_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
-  s->send_elems = s->cnt;
-  s->send = cf_coll_buf(ctx, s, s->cnt, 0);
-  if (!s->send) return -1;
-  cf_fill(&s->g, s->r, 0, s->cnt, s->send);
-  s->send_is_input = 1;
+  if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;
   if (s->inplace) {
     s->recv_arg = s->send;
   } else {
-    s->recv_elems = s->cnt;
-    s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
-    if (!s->recv) return -1;
-    s->recv_arg = s->recv;
+    if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   }
-  s->send_arg = s->send;
   s->result = s->recv_arg;
   s->result_elems = s->cnt;
   return 0;
@@ -33,19 +25,11 @@ const cf_coll_desc_t cf_coll_allreduce = {UL_COLL_ALLREDUCE, 1, 0, 1, allreduce_
 
 /* ---------------------------------------------------------------- reduce */
 static int reduce_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
-  s->send_elems = s->cnt;
-  s->send = cf_coll_buf(ctx, s, s->cnt, 0);
-  if (!s->send) return -1;
-  cf_fill(&s->g, s->r, 0, s->cnt, s->send);
-  s->send_is_input = 1;
-  s->send_arg = s->send;
+  if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;
   if (s->inplace) {
     s->recv_arg = s->send;
   } else if (s->r == s->root) {
-    s->recv_elems = s->cnt;
-    s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
-    if (!s->recv) return -1;
-    s->recv_arg = s->recv;
+    if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   } else {
     s->recv_arg = NULL; /* documented: recvbuf may be NULL off root */
   }
@@ -70,19 +54,11 @@ const cf_coll_desc_t cf_coll_reduce = {UL_COLL_REDUCE, 1, 1, 1, reduce_setup, re
 /* ---------------------------------------------------------------- reduce_scatter */
 static int reduce_scatter_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   size_t total = s->cnt * (size_t)s->n;
-  s->send_elems = total;
-  s->send = cf_coll_buf(ctx, s, total, 0);
-  if (!s->send) return -1;
-  cf_fill(&s->g, s->r, 0, total, s->send);
-  s->send_is_input = 1;
-  s->send_arg = s->send;
+  if (cf_coll_send(ctx, s, total, s->r, 1)) return -1;
   if (s->inplace) {
     s->recv_arg = (char *)s->send + (size_t)s->r * s->cnt * s->sz;
   } else {
-    s->recv_elems = s->cnt;
-    s->recv = cf_coll_buf(ctx, s, s->cnt, 1);
-    if (!s->recv) return -1;
-    s->recv_arg = s->recv;
+    if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   }
   s->result = s->recv_arg;
   s->result_elems = s->cnt;
