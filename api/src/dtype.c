@@ -157,7 +157,7 @@ ul_result_t ul_value_store(ul_dtype_t dtype, void *dst, double value) {
                                 (int)dtype);
   if (!dst) return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_value_store: dst is NULL");
   if (!ul__dtype_is_float(dtype)) {
-    uint64_t u;
+    uint64_t u = 0;
     ul_result_t rc = dtype_to_u64(value, &u);
     if (rc != UL_OK) return rc;
     /* Little or big endian alike: store the low bytes as the typed value. */
