@@ -33,7 +33,7 @@ static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *f
   ul__vformat_error(buf, sizeof buf, fmt, ap);
   if (!ul__comm_valid(comm)) return ul__set_thread_error(rc, "%s", buf);
   comm_lock(comm);
-  snprintf(comm->last_error, sizeof comm->last_error, "rank %d/%d (%s): %s [%s]", comm->rank,
+  snprintf(comm->last_error, sizeof comm->last_error, "rank %d/%d (%.24s): %.400s [%s]", comm->rank,
            comm->nranks, comm->backend->ops.name, buf, ul_result_name(rc));
   comm_unlock(comm);
   ul__set_thread_error(rc, "%s", comm->last_error);
