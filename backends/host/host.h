@@ -90,6 +90,7 @@ typedef struct host_waiter {
   const _Atomic int *dead;        /* our own comm_abort flag, may be NULL */
   int timeout_ms;                 /* 0 = forever */
   int spin;                       /* pause iterations before yielding */
+  int oversubscribed;             /* more ranks than CPUs: yield longer, spin less */
   int shared;                     /* futex without FUTEX_PRIVATE_FLAG */
   host_ctrl_t *ctrl;              /* peers' abort flags; NULL: none */
   int nranks, self;
@@ -140,6 +141,7 @@ struct ul_backend_comm {
   const volatile int *abort_flag;
   _Atomic int dead; /* set by comm_abort */
   int spin;
+  int oversubscribed; /* ranks outnumber online CPUs */
   /* Control area: a mapping of the control segment, or a heap block shared by the
    * ranks of one comm_init_all (refcounted). */
   host_ctrl_t *ctrl;

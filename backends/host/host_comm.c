@@ -22,8 +22,12 @@
 
 #include "host.h"
 
-#define HOST_SPIN_DEFAULT 2000
-#define HOST_SPIN_OVERSUBSCRIBED 64
+/* Pause iterations before yielding. A pause takes ~40 ns on the EPYC this was tuned
+ * on, so the default spins ~1.3 us: longer than a peer's cross-core signal (~0.2-1 us);
+ * a longer spin holds the core a descheduled peer needs (2000 spins: 70-120 us per
+ * allreduce under load, 32: ~4 us; docs/performance.md). */
+#define HOST_SPIN_DEFAULT 32
+#define HOST_SPIN_OVERSUBSCRIBED 8
 
 static ul_result_t host_comm_random(ul_comm_t h, unsigned char *buf, size_t len) {
   size_t got = 0;
@@ -117,7 +121,7 @@ static int host_comm_spin(int nranks) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t spin = ul_backend_param_int(
       "HOST_SPIN", -1,
-      "Host backend: pause iterations a waiter spins before sleeping (-1: 2000, or 64 when "
+      "Host backend: pause iterations a waiter spins before yielding (-1: 32, or 8 when "
       "ranks outnumber CPUs)");
   if (spin >= 0) return spin > 1000000 ? 1000000 : (int)spin;
   /* Oversubscribed: the peer we wait for needs our core, so give it up soon. */
@@ -142,6 +146,8 @@ static ul_backend_comm_t *host_comm_alloc(const ul_backend_comm_args_t *a) {
   c->timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 0;
   c->abort_flag = a->abort_flag;
   c->spin = host_comm_spin(a->nranks);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  c->oversubscribed = ncpu > 0 && a->nranks > ncpu;
   pthread_mutex_init(&c->lock, NULL);
   return c;
 }

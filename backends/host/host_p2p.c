@@ -63,8 +63,8 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
   (void)s;
   UL_CHECK(host_p2p_index(c, w, index));
   host_slot_t *slot = &w->sig[(size_t)w->self * (size_t)w->nsig + (size_t)index];
-  /* Fast path: already there (the common case once a pipeline is full). */
-  if (atomic_load_explicit(&slot->value, memory_order_acquire) >= value) return UL_OK;
+  /* No fast path here: host_wait_geq first checks that no peer aborted (a value reached
+   * before a peer aborted does not make its staged data valid). */
   host_waiter_t wt;
   host_waiter_for_comm(c, &wt, 0);
   wt.shared = w->futex_shared;

@@ -22,7 +22,13 @@
 #include "host.h"
 
 #define HOST_SLICE_NS (10 * 1000 * 1000L)
-#define HOST_YIELDS 4
+/* After the spin: yield for up to this long before sleeping in the kernel. A yield
+ * costs ~1 us and returns at once when the peer runs elsewhere, while a futex sleep
+ * costs the signaller a system call and the sleeper a wake-up of tens of microseconds
+ * on a loaded machine (measured 50-100 us here, docs/performance.md). Oversubscribed
+ * ranks need the peer to run on our core, so they yield longer rather than spin. */
+#define HOST_YIELD_NS (200 * 1000L)
+#define HOST_YIELD_NS_OVERSUBSCRIBED (2 * 1000 * 1000L)
 
 static inline void host_wait_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -102,7 +108,10 @@ int host_pid_alive(pid_t pid, int pidfd) {
 
 /* Between slices: our abort, peers' aborts, peers' deaths. */
 static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fail) {
-  if ((w->abort_flag && *w->abort_flag) || (w->dead && atomic_load(w->dead)))
+  /* The core stores the flag with __atomic_store_n from another thread (ul_comm_abort):
+   * load it atomically too, a volatile read is a data race. */
+  if ((w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE)) ||
+      (w->dead && atomic_load(w->dead)))
     return UL_ERR_ABORTED;
   if (!w->ctrl) return UL_OK;
   for (int p = 0; p < w->nranks; p++) {
@@ -131,16 +140,33 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
   fail->pid = 0;
   fail->aborted = 0;
   fail->elapsed_ms = 0;
+  /* A peer that aborted may have signalled before it left; what it staged is gone (thread
+   * ranks free it), so the communicator is broken even when the value is reached. */
+  if (w->ctrl)
+    for (int p = 0; p < w->nranks; p++)
+      if (p != w->self && atomic_load_explicit(&w->ctrl->ranks[p].aborted, memory_order_acquire)) {
+        fail->rank = p;
+        fail->pid = w->ctrl->ranks[p].pid;
+        fail->aborted = 1;
+        return UL_ERR_PEER_LOST;
+      }
   if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
   for (int i = 0; i < w->spin; i++) {
     host_wait_pause();
     if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
   }
-  for (int i = 0; i < HOST_YIELDS; i++) {
+  uint64_t start = host_wait_now_ns();
+  uint64_t yield_end = start + (uint64_t)(w->oversubscribed ? HOST_YIELD_NS_OVERSUBSCRIBED
+                                                             : HOST_YIELD_NS);
+  for (unsigned i = 0;; i++) {
     sched_yield();
     if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
+    if ((i & 7) == 7) {
+      if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
+        break; /* reported by the sleep loop below */
+      if (host_wait_now_ns() >= yield_end) break;
+    }
   }
-  uint64_t start = host_wait_now_ns();
   uint64_t deadline = w->timeout_ms > 0 ? start + (uint64_t)w->timeout_ms * 1000000ull : 0;
   int op = FUTEX_WAIT | (w->shared ? 0 : FUTEX_PRIVATE_FLAG);
   ul_result_t rc = UL_OK;
@@ -176,6 +202,7 @@ void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl
   w->dead = &c->dead;
   w->timeout_ms = c->timeout_ms;
   w->spin = c->spin;
+  w->oversubscribed = c->oversubscribed;
   w->shared = ctrl_word ? c->ctrl_shared : !c->threads;
   w->ctrl = c->ctrl;
   w->nranks = c->nranks;

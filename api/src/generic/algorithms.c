@@ -1,8 +1,14 @@
 /* Generic collective algorithms over the channels and direct access of generic.c.
  * Each algorithm is written once, as rank arithmetic (pattern.c) plus calls to the
  * backend's put/signal/wait/reduce/copy; the selection table at the end picks one. */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "generic_internal.h"
 
@@ -14,6 +20,8 @@ typedef struct algo_ctx {
   ul_backend_stream_t *bs;
   size_t esize;
   ul_op_t rop; /* op used for the reduction itself (avg -> sum) */
+  int host;    /* buffers are host memory: the layer may load/store them itself */
+  int cma;     /* direct algorithm on private buffers: process_vm_readv/writev */
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
@@ -33,10 +41,105 @@ static size_t chunk_elems(algo_ctx_t *x) {
   return e ? e : 1;
 }
 
-/* Elements per cache-sized piece in direct algorithms. */
+/* Elements per cache-sized piece in direct algorithms. Two pieces (accumulator and a
+ * peer's data) live in the work area at once. Single-copy pieces are larger because
+ * each costs a system call. */
 static size_t piece_elems(algo_ctx_t *x) {
-  size_t e = (size_t)(64 * 1024) / x->esize;
+  size_t b = x->cma ? x->g->chunk_bytes / 2 : (size_t)(64 * 1024);
+  if (b > x->g->chunk_bytes / 2) b = x->g->chunk_bytes / 2;
+  size_t e = b / x->esize;
   return e ? e : 1;
+}
+
+/* Outputs at least this large bypass the cache (streaming stores): the caller will not
+ * read them soon and they would evict the inputs still to be read. Below it the result
+ * stays in the shared cache, where the next iteration or consumer finds it. */
+#define UL__NT_MIN_BYTES ((size_t)4 << 20)
+
+/* memcpy with non-temporal stores: no read-for-ownership of the destination lines. */
+static void nt_copy(void *dst, const void *src, size_t bytes) {
+#if defined(__x86_64__)
+  char *d = dst;
+  const char *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > bytes) head = bytes;
+  if (head) {
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+  }
+  size_t body = bytes & ~(size_t)63;
+  for (size_t i = 0; i < body; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+    __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+    __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+    _mm_stream_si128((__m128i *)(d + i), a);
+    _mm_stream_si128((__m128i *)(d + i + 16), b);
+    _mm_stream_si128((__m128i *)(d + i + 32), c);
+    _mm_stream_si128((__m128i *)(d + i + 48), e);
+  }
+  if (bytes > body) memcpy(d + body, s + body, bytes - body);
+  _mm_sfence(); /* order the streaming stores before the signal that publishes them */
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+
+/* Local copy of an output piece: streaming when large and host memory. */
+static ul_result_t out_copy(algo_ctx_t *x, void *dst, const void *src, size_t bytes, int nt) {
+  if (dst == src || bytes == 0) return UL_OK;
+  if (nt && x->host) {
+    nt_copy(dst, src, bytes);
+    return UL_OK;
+  }
+  return COPY(x, dst, src, bytes);
+}
+
+/* Single-copy transfers with a peer process (cross-memory attach). The kernel may move
+ * fewer bytes than asked (it stops at a fault or a page limit): loop on the rest. */
+static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, size_t bytes,
+                            int write) {
+  pid_t pid = (pid_t)ul__mailbox(x->g, peer)->pid;
+  char *l = local, *r = remote;
+  while (bytes) {
+    struct iovec li = {l, bytes}, ri = {r, bytes};
+    ssize_t got = write ? process_vm_writev(pid, &li, 1, &ri, 1, 0)
+                        : process_vm_readv(pid, &li, 1, &ri, 1, 0);
+    if (got <= 0) {
+      if (got < 0 && errno == EINTR) continue;
+      int err = got < 0 ? errno : EIO;
+      return ul__comm_set_error(x->c, err == ESRCH ? UL_ERR_PEER_LOST : UL_ERR_SYSTEM,
+                                "%s #%llu: %s of %zu bytes %s rank %d (pid %d) failed: %s",
+                                x->g->opname ? x->g->opname : "operation",
+                                (unsigned long long)x->g->seq,
+                                write ? "process_vm_writev" : "process_vm_readv", bytes,
+                                write ? "to" : "from", peer, (int)pid, strerror(err));
+    }
+    l += got;
+    r += got;
+    bytes -= (size_t)got;
+  }
+  return UL_OK;
+}
+
+/* Copy bytes from peer r's memory (its own address remote) to local dst. */
+static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, size_t bytes) {
+  if (bytes == 0) return UL_OK;
+  /* Addresses of another process may equal ours by chance (forked ranks): compare only
+   * within one address space. */
+  if (x->cma && r != x->g->me) return cma_xfer(x, r, dst, (void *)remote, bytes, 0);
+  if (dst == remote) return UL_OK;
+  return COPY(x, dst, remote, bytes);
+}
+
+/* Copy local src to peer r's memory at remote (its own address). */
+static ul_result_t push(algo_ctx_t *x, int r, void *remote, const void *src, size_t bytes,
+                        int nt) {
+  if (bytes == 0) return UL_OK;
+  if (x->cma && r != x->g->me) return cma_xfer(x, r, (void *)src, remote, bytes, 1);
+  return out_copy(x, remote, src, bytes, nt);
 }
 
 static ul_result_t copy_if_needed(algo_ctx_t *x, void *dst, const void *src, size_t cnt) {
@@ -46,69 +149,95 @@ static ul_result_t copy_if_needed(algo_ctx_t *x, void *dst, const void *src, siz
 
 /* ============================ direct (load/store peers) ============================ */
 
-/* dst = op over every rank's send buffer at element e0. The rank whose send buffer may
- * alias dst (in place) is read first, before dst is written; then the others in rank
- * order. Each element is computed by one rank only, so all ranks see one result. */
-static ul_result_t reduce_all_sends(algo_ctx_t *x, void *dst, size_t e0, size_t cnt, int first) {
+/* The pieces of every rank's send buffer at element e0 reduced into acc, in the order
+ * first, second, then the others ascending. first is the rank whose send buffer may
+ * alias the output (in place): all inputs of a piece are read before any output of it
+ * is written. Each element is computed by one rank only, so every rank sees one result.
+ * Peers' pieces come straight from their buffers (threads) or are read into the work
+ * area with one system call each (processes). */
+static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, size_t e0, size_t cnt, int first) {
   ul__generic_t *g = x->g;
-  int n = g->n;
-  if (n == 1) return copy_if_needed(x, dst, at(ul__mailbox(g, 0)->send, e0, x->esize), cnt);
-  int second = first == 0 ? 1 : 0;
-  UL_CHECK(REDUCE(x, dst, at(ul__mailbox(g, first)->send, e0, x->esize),
-                  at(ul__mailbox(g, second)->send, e0, x->esize), cnt));
-  for (int r = 0; r < n; r++)
-    if (r != first && r != second)
-      UL_CHECK(REDUCE(x, dst, dst, at(ul__mailbox(g, r)->send, e0, x->esize), cnt));
+  int n = g->n, me = g->me;
+  void *t0 = (char *)g->scratch + g->work_off;
+  void *t1 = (char *)t0 + piece_elems(x) * x->esize;
+  size_t nb = cnt * x->esize;
+  const void *src[2];
+  int order[2] = {first, first == 0 ? 1 : 0};
+  if (n == 1) return copy_if_needed(x, acc, at(x->a->sendbuf, e0, x->esize), cnt);
+  for (int i = 0; i < 2; i++) {
+    int r = order[i];
+    if (r == me) src[i] = at(x->a->sendbuf, e0, x->esize);
+    else if (!x->cma) src[i] = at(ul__mailbox(g, r)->send, e0, x->esize);
+    else {
+      /* t0 is either the accumulator (reduced onto itself) or unused */
+      void *tmp = i == 0 ? t0 : t1;
+      UL_CHECK(pull(x, r, tmp, at(ul__mailbox(g, r)->send, e0, x->esize), nb));
+      src[i] = tmp;
+    }
+  }
+  UL_CHECK(REDUCE(x, acc, src[0], src[1], cnt));
+  for (int r = 0; r < n; r++) {
+    if (r == order[0] || r == order[1]) continue;
+    const void *p;
+    if (r == me) p = at(x->a->sendbuf, e0, x->esize);
+    else if (!x->cma) p = at(ul__mailbox(g, r)->send, e0, x->esize);
+    else {
+      UL_CHECK(pull(x, r, t1, at(ul__mailbox(g, r)->send, e0, x->esize), nb));
+      p = t1;
+    }
+    UL_CHECK(REDUCE(x, acc, acc, p, cnt));
+  }
   return UL_OK;
 }
 
-static ul_result_t direct_allreduce_like(algo_ctx_t *x, int scatter) {
+enum { DR_ALLREDUCE, DR_REDUCE_SCATTER, DR_REDUCE };
+
+/* Direct reductions: each rank reduces its slice of every rank's input and writes the
+ * result where it belongs (every rank's output, its own, or the root's). Two barriers:
+ * after publishing the buffers, and before returning (peers done with ours). */
+static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
   const ul__coll_args_t *a = x->a;
-  size_t total = scatter ? a->count * (size_t)n : a->count;
   UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
-  size_t off, len;
-  if (scatter) {
+  size_t off, len, total = kind == DR_REDUCE_SCATTER ? a->count * (size_t)n : a->count;
+  if (kind == DR_REDUCE_SCATTER) {
     off = (size_t)me * a->count;
     len = a->count;
   } else {
     ul__block_range(total, n, me, &off, &len);
   }
+  size_t out_bytes = (kind == DR_ALLREDUCE ? total : len) * x->esize;
+  int nt = x->host && out_bytes >= UL__NT_MIN_BYTES;
+  int first = kind == DR_REDUCE ? a->root : me;
+  void *t0 = (char *)g->scratch + g->work_off;
   size_t pe = piece_elems(x);
-  int first = me;
   for (size_t p = 0; p < len; p += pe) {
     size_t cnt = len - p < pe ? len - p : pe;
-    size_t e0 = off + p;
-    /* Destination: own receive buffer (for reduce_scatter, at block offset 0). */
-    void *dst = scatter ? at(a->recvbuf, p, x->esize) : at(a->recvbuf, e0, x->esize);
-    UL_CHECK(reduce_all_sends(x, dst, e0, cnt, first));
-    if (a->op == UL_AVG) UL_CHECK(SCALE(x, dst, cnt));
-    if (!scatter)
-      for (int r = 0; r < n; r++)
-        if (r != me) UL_CHECK(COPY(x, at(ul__mailbox(g, r)->recv, e0, x->esize), dst, cnt * x->esize));
+    size_t e0 = off + p, nb = cnt * x->esize;
+    void *own = NULL; /* this rank's output of the piece, if it has one */
+    if (kind == DR_REDUCE_SCATTER) own = at(a->recvbuf, p, x->esize);
+    else if (kind == DR_ALLREDUCE) own = at(a->recvbuf, e0, x->esize);
+    else if (a->root == me) own = at(a->recvbuf, e0, x->esize);
+    /* Accumulate in the cache-resident work area when the output is written with
+     * streaming stores or sent elsewhere; else straight into our own output. */
+    void *acc = (own && !nt && !(x->cma && kind == DR_ALLREDUCE)) ? own : t0;
+    UL_CHECK(reduce_piece(x, acc, e0, cnt, first));
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
+    if (own) UL_CHECK(out_copy(x, own, acc, nb, nt));
+    if (kind == DR_ALLREDUCE) {
+      for (int i = 1; i < n; i++) {
+        int r = (me + i) % n;
+        UL_CHECK(push(x, r, at(ul__mailbox(g, r)->recv, e0, x->esize), acc, nb, nt));
+      }
+    } else if (kind == DR_REDUCE && a->root != me) {
+      UL_CHECK(push(x, a->root, at(ul__mailbox(g, a->root)->recv, e0, x->esize), acc, nb, nt));
+    }
   }
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
-static ul_result_t direct_reduce(algo_ctx_t *x) {
-  ul__generic_t *g = x->g;
-  int n = g->n, me = g->me;
-  const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
-  size_t off, len;
-  ul__block_range(a->count, n, me, &off, &len);
-  void *rootrecv = ul__mailbox(g, a->root)->recv;
-  size_t pe = piece_elems(x);
-  int first = a->root;
-  for (size_t p = 0; p < len; p += pe) {
-    size_t cnt = len - p < pe ? len - p : pe, e0 = off + p;
-    void *dst = at(rootrecv, e0, x->esize);
-    UL_CHECK(reduce_all_sends(x, dst, e0, cnt, first));
-    if (a->op == UL_AVG) UL_CHECK(SCALE(x, dst, cnt));
-  }
-  return ul__generic_barrier(x->c, x->bs, NULL);
-}
+static ul_result_t direct_reduce(algo_ctx_t *x) { return direct_reduce_family(x, DR_REDUCE); }
 
 static ul_result_t direct_allgather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
@@ -119,8 +248,8 @@ static ul_result_t direct_allgather(algo_ctx_t *x) {
   for (int i = 0; i < g->n && bytes; i++) {
     int r = (g->me + i) % g->n;
     void *dst = at(a->recvbuf, (size_t)r * a->count, x->esize);
-    const void *src = ul__mailbox(g, r)->send;
-    if (dst != src) UL_CHECK(COPY(x, dst, src, bytes));
+    const void *src = r == g->me ? a->sendbuf : ul__mailbox(g, r)->send;
+    UL_CHECK(pull(x, r, dst, src, bytes));
   }
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
@@ -129,8 +258,8 @@ static ul_result_t direct_broadcast(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
   UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
-  const void *src = ul__mailbox(g, a->root)->send;
-  if (a->count && a->recvbuf != src) UL_CHECK(COPY(x, a->recvbuf, src, a->count * x->esize));
+  const void *src = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
+  UL_CHECK(pull(x, a->root, a->recvbuf, src, a->count * x->esize));
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
@@ -141,8 +270,9 @@ static ul_result_t direct_alltoall(algo_ctx_t *x) {
   size_t bytes = a->count * x->esize;
   for (int i = 0; i < g->n && bytes; i++) {
     int r = (g->me + i) % g->n;
-    UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize),
-                  at(ul__mailbox(g, r)->send, (size_t)g->me * a->count, x->esize), bytes));
+    const void *sb = r == g->me ? a->sendbuf : ul__mailbox(g, r)->send;
+    UL_CHECK(pull(x, r, at(a->recvbuf, (size_t)r * a->count, x->esize),
+                  at(sb, (size_t)g->me * a->count, x->esize), bytes));
   }
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
@@ -151,8 +281,9 @@ static ul_result_t direct_gather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
   UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
-  void *dst = at(ul__mailbox(g, a->root)->recv, (size_t)g->me * a->count, x->esize);
-  if (a->count && dst != a->sendbuf) UL_CHECK(COPY(x, dst, a->sendbuf, a->count * x->esize));
+  void *rr = g->me == a->root ? a->recvbuf : ul__mailbox(g, a->root)->recv;
+  void *dst = at(rr, (size_t)g->me * a->count, x->esize);
+  UL_CHECK(push(x, a->root, dst, a->sendbuf, a->count * x->esize, 0));
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
@@ -160,8 +291,9 @@ static ul_result_t direct_scatter(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
   UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
-  const void *src = at(ul__mailbox(g, a->root)->send, (size_t)g->me * a->count, x->esize);
-  if (a->count && a->recvbuf != src) UL_CHECK(COPY(x, a->recvbuf, src, a->count * x->esize));
+  const void *sb = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
+  UL_CHECK(pull(x, a->root, a->recvbuf, at(sb, (size_t)g->me * a->count, x->esize),
+                a->count * x->esize));
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
@@ -267,6 +399,96 @@ static ul_result_t oneshot_allreduce(algo_ctx_t *x) {
   if (a->op == UL_AVG && bytes) UL_CHECK(SCALE(x, work, a->count));
   if (bytes) UL_CHECK(COPY(x, a->recvbuf, work, bytes));
   return UL_OK;
+}
+
+/* Small messages with one synchronisation, when every rank's scratch is load/store
+ * reachable (threads, or processes over shared memory): each rank stages its input in
+ * its own scratch (even/odd buffer by epoch), announces the epoch to every peer, waits
+ * for theirs and reduces all n inputs straight from the peers' scratch, in rank order
+ * (identical results everywhere). Staging makes the input private to the operation, so
+ * there is no closing barrier: a rank rewrites a buffer two epochs later, and by then it
+ * has seen every peer announce the epoch in between, which each peer does only after
+ * it finished reading the older one. */
+static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me;
+  size_t bytes = a->count * x->esize;
+  if (n == 1) {
+    UL_CHECK(copy_if_needed(x, a->recvbuf, a->sendbuf, a->count));
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+    return UL_OK;
+  }
+  uint64_t k = ++g->oneshot_epoch;
+  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
+  if (bytes) UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
+  for (int i = 1; i < n; i++)
+    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_READY(g, me), x->bs));
+  for (int i = 1; i < n; i++) {
+    int p = (me + n - i) % n;
+    UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
+  }
+  if (!bytes) return UL_OK;
+  /* Our own input is read from the staged copy too: recvbuf may alias sendbuf. */
+  UL_CHECK(REDUCE(x, a->recvbuf, (char *)g->peer_bases[0] + boff, (char *)g->peer_bases[1] + boff,
+                  a->count));
+  for (int r = 2; r < n; r++)
+    UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, (char *)g->peer_bases[r] + boff, a->count));
+  if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  return UL_OK;
+}
+
+/* Bytes each rank stages for a small collective (what peers read from it). */
+static size_t staged_bytes(const algo_ctx_t *x) {
+  const ul__coll_args_t *a = x->a;
+  size_t b = a->count * x->esize;
+  if (a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER) b *= (size_t)x->g->n;
+  return b;
+}
+
+/* The other small collectives on the same single-synchronisation staging as the
+ * one-shot allreduce: stage the input, exchange epochs, read what we need from the
+ * peers' staging buffers. */
+static ul_result_t staged_small(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me;
+  size_t sb = staged_bytes(x), cb = a->count * x->esize;
+  uint64_t k = ++g->oneshot_epoch;
+  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
+  int stage = a->coll != UL_COLL_BROADCAST || me == a->root;
+  if (sb && stage) UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
+  for (int i = 1; i < n; i++)
+    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_READY(g, me), x->bs));
+  for (int i = 1; i < n; i++) {
+    int p = (me + n - i) % n;
+    UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
+  }
+  if (!cb) return UL_OK;
+#define STAGED(r) ((char *)g->peer_bases[r] + boff)
+  switch (a->coll) {
+  case UL_COLL_BROADCAST:
+    return COPY(x, a->recvbuf, STAGED(a->root), cb);
+  case UL_COLL_ALLGATHER:
+    for (int r = 0; r < n; r++) UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize), STAGED(r), cb));
+    return UL_OK;
+  case UL_COLL_ALLTOALL:
+    for (int r = 0; r < n; r++)
+      UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize),
+                    STAGED(r) + (size_t)me * cb, cb));
+    return UL_OK;
+  case UL_COLL_REDUCE_SCATTER: {
+    size_t o = (size_t)me * cb;
+    if (n == 1) UL_CHECK(COPY(x, a->recvbuf, STAGED(0) + o, cb));
+    else UL_CHECK(REDUCE(x, a->recvbuf, STAGED(0) + o, STAGED(1) + o, a->count));
+    for (int r = 2; r < n; r++) UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, STAGED(r) + o, a->count));
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+    return UL_OK;
+  }
+  default:
+    return ul__comm_set_error(x->c, UL_ERR_INTERNAL, "staged: unexpected collective");
+  }
+#undef STAGED
 }
 
 static ul_result_t ring_reduce_scatter(algo_ctx_t *x) {
@@ -442,37 +664,52 @@ static ul_result_t pairwise_alltoall(algo_ctx_t *x) {
 
 static ul_result_t signal_barrier(algo_ctx_t *x) { return ul__generic_barrier(x->c, x->bs, NULL); }
 
-static ul_result_t direct_allreduce(algo_ctx_t *x) { return direct_allreduce_like(x, 0); }
-static ul_result_t direct_reduce_scatter(algo_ctx_t *x) { return direct_allreduce_like(x, 1); }
+static ul_result_t direct_allreduce(algo_ctx_t *x) { return direct_reduce_family(x, DR_ALLREDUCE); }
+static ul_result_t direct_reduce_scatter(algo_ctx_t *x) {
+  return direct_reduce_family(x, DR_REDUCE_SCATTER);
+}
 
 /* ================================== selection ================================== */
+
+/* What an algorithm needs of the communicator. */
+enum {
+  NEED_NONE = 0,
+  NEED_DIRECT = 1, /* peers' user buffers reachable: load/store (threads) or single-copy */
+  NEED_SHARED = 2  /* peers' scratch load/store reachable (shared memory) */
+};
 
 typedef struct algo_entry {
   ul_coll_t coll;
   const char *name;
-  int needs_load_store;
+  int needs;
   ul_result_t (*run)(algo_ctx_t *x);
 } algo_entry_t;
 
+/* In order of preference; the first one whose needs and size limits fit runs. */
 static const algo_entry_t algorithms[] = {
-    {UL_COLL_ALLREDUCE, "direct", 1, direct_allreduce},
-    {UL_COLL_ALLREDUCE, "ring", 0, ring_allreduce},
-    {UL_COLL_ALLREDUCE, "oneshot", 0, oneshot_allreduce},
-    {UL_COLL_REDUCE_SCATTER, "direct", 1, direct_reduce_scatter},
-    {UL_COLL_REDUCE_SCATTER, "ring", 0, ring_reduce_scatter},
-    {UL_COLL_ALLGATHER, "direct", 1, direct_allgather},
-    {UL_COLL_ALLGATHER, "ring", 0, ring_allgather},
-    {UL_COLL_BROADCAST, "direct", 1, direct_broadcast},
-    {UL_COLL_BROADCAST, "tree", 0, tree_broadcast},
-    {UL_COLL_REDUCE, "direct", 1, direct_reduce},
-    {UL_COLL_REDUCE, "tree", 0, tree_reduce},
-    {UL_COLL_ALLTOALL, "direct", 1, direct_alltoall},
-    {UL_COLL_ALLTOALL, "pairwise", 0, pairwise_alltoall},
-    {UL_COLL_GATHER, "direct", 1, direct_gather},
-    {UL_COLL_GATHER, "linear", 0, linear_gather},
-    {UL_COLL_SCATTER, "direct", 1, direct_scatter},
-    {UL_COLL_SCATTER, "linear", 0, linear_scatter},
-    {UL_COLL_BARRIER, "signal", 0, signal_barrier},
+    {UL_COLL_ALLREDUCE, "oneshot", NEED_SHARED, staged_oneshot_allreduce},
+    {UL_COLL_ALLREDUCE, "direct", NEED_DIRECT, direct_allreduce},
+    {UL_COLL_ALLREDUCE, "oneshot-channel", NEED_NONE, oneshot_allreduce},
+    {UL_COLL_ALLREDUCE, "ring", NEED_NONE, ring_allreduce},
+    {UL_COLL_REDUCE_SCATTER, "staged", NEED_SHARED, staged_small},
+    {UL_COLL_REDUCE_SCATTER, "direct", NEED_DIRECT, direct_reduce_scatter},
+    {UL_COLL_REDUCE_SCATTER, "ring", NEED_NONE, ring_reduce_scatter},
+    {UL_COLL_ALLGATHER, "staged", NEED_SHARED, staged_small},
+    {UL_COLL_ALLGATHER, "direct", NEED_DIRECT, direct_allgather},
+    {UL_COLL_ALLGATHER, "ring", NEED_NONE, ring_allgather},
+    {UL_COLL_BROADCAST, "staged", NEED_SHARED, staged_small},
+    {UL_COLL_BROADCAST, "direct", NEED_DIRECT, direct_broadcast},
+    {UL_COLL_BROADCAST, "tree", NEED_NONE, tree_broadcast},
+    {UL_COLL_REDUCE, "direct", NEED_DIRECT, direct_reduce},
+    {UL_COLL_REDUCE, "tree", NEED_NONE, tree_reduce},
+    {UL_COLL_ALLTOALL, "staged", NEED_SHARED, staged_small},
+    {UL_COLL_ALLTOALL, "direct", NEED_DIRECT, direct_alltoall},
+    {UL_COLL_ALLTOALL, "pairwise", NEED_NONE, pairwise_alltoall},
+    {UL_COLL_GATHER, "direct", NEED_DIRECT, direct_gather},
+    {UL_COLL_GATHER, "linear", NEED_NONE, linear_gather},
+    {UL_COLL_SCATTER, "direct", NEED_DIRECT, direct_scatter},
+    {UL_COLL_SCATTER, "linear", NEED_NONE, linear_scatter},
+    {UL_COLL_BARRIER, "signal", NEED_NONE, signal_barrier},
 };
 #define NALGOS (sizeof algorithms / sizeof algorithms[0])
 
@@ -482,6 +719,11 @@ int ul__generic_algo_known(ul_coll_t coll, const char *name) {
   return 0;
 }
 
+static int is_oneshot(const algo_entry_t *e) {
+  return e->run == oneshot_allreduce || e->run == staged_oneshot_allreduce ||
+         e->run == staged_small;
+}
+
 /* Aliases the ring/tree vocabulary users know from NCCL: a request for "ring" on a
  * collective whose channel algorithm has another name maps to it. */
 static const algo_entry_t *find_algo(ul_coll_t coll, const char *name) {
@@ -489,10 +731,22 @@ static const algo_entry_t *find_algo(ul_coll_t coll, const char *name) {
     if (algorithms[i].coll == coll && strcmp(algorithms[i].name, name) == 0) return &algorithms[i];
   if (strcmp(name, "ring") == 0 || strcmp(name, "generic") == 0)
     for (size_t i = 0; i < NALGOS; i++)
-      if (algorithms[i].coll == coll && !algorithms[i].needs_load_store &&
-          strcmp(algorithms[i].name, "oneshot") != 0)
+      if (algorithms[i].coll == coll && algorithms[i].needs == NEED_NONE &&
+          !is_oneshot(&algorithms[i]))
         return &algorithms[i];
   return NULL;
+}
+
+static int needs_met(const ul__generic_t *g, int needs) {
+  if (needs == NEED_DIRECT) return g->load_store || g->cma;
+  if (needs == NEED_SHARED) return g->shared_scratch;
+  return 1;
+}
+
+/* Largest message each one-shot handles (staged_small: counted in staged bytes). */
+static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
+  if (e->run == staged_oneshot_allreduce || e->run == staged_small) return g->oneshot_bytes;
+  return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
 }
 
 ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
@@ -504,7 +758,8 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                               "primitives of the generic layer",
                               ul_coll_name(a->coll), comm->backend->ops.name);
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
-                  a->op == UL_AVG ? UL_SUM : a->op};
+                  a->op == UL_AVG ? UL_SUM : a->op,
+                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
@@ -517,37 +772,66 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                                 "UNILINK_ALGO asks for algorithm '%s' for %s, which the generic "
                                 "layer does not have",
                                 forced, ul_coll_name(a->coll));
-    if (al->needs_load_store && !g->load_store)
+    if (!needs_met(g, al->needs))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
                                 "UNILINK_ALGO asks for '%s' for %s, but ranks of this "
-                                "communicator cannot load/store each other's buffers (path %s)",
-                                forced, ul_coll_name(a->coll), comm->props.path);
-    if (al->run == oneshot_allreduce && bytes > g->chunk_bytes)
+                                "communicator cannot %s (path %s)",
+                                forced, ul_coll_name(a->coll),
+                                al->needs == NEED_SHARED
+                                    ? "load/store each other's scratch memory"
+                                    : "reach each other's buffers (no shared address space, no "
+                                      "process_vm_readv)",
+                                comm->props.path);
+    if (is_oneshot(al) && (al->run == staged_small ? staged_bytes(&x) : bytes) > oneshot_limit(g, al))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
-                                "UNILINK_ALGO asks for 'oneshot' allreduce of %zu bytes; it "
-                                "handles at most %zu (one chunk)",
-                                bytes, g->chunk_bytes);
+                                "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
+                                "handles at most %zu",
+                                al->name, bytes, oneshot_limit(g, al));
     snprintf(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
     for (size_t i = 0; i < NALGOS && !al; i++) {
       const algo_entry_t *e = &algorithms[i];
       if (e->coll != a->coll) continue;
-      if (e->needs_load_store && !g->load_store) continue;
-      if (e->run == oneshot_allreduce && (bytes > g->chunk_bytes || bytes > 64 * 1024)) continue;
-      if (e->run == ring_allreduce && bytes <= 64 * 1024 && bytes <= g->chunk_bytes) continue;
+      if (!needs_met(g, e->needs)) continue;
+      if (is_oneshot(e) && (e->run == staged_small ? staged_bytes(&x) : bytes) > oneshot_limit(g, e))
+        continue;
       al = e;
     }
     if (!al) return ul__comm_set_error(comm, UL_ERR_INTERNAL, "no generic algorithm for %s",
                                        ul_coll_name(a->coll));
-    if (al->needs_load_store)
+    if (al->run == staged_oneshot_allreduce || al->run == staged_small)
       snprintf(info->reason, sizeof info->reason,
-               "ranks share an address space: direct reads/writes of peers' buffers");
+               "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES): staged in shared scratch, one "
+               "synchronisation",
+               al->run == staged_small ? staged_bytes(&x) : bytes, g->oneshot_bytes);
+    else if (al->needs == NEED_DIRECT && g->load_store)
+      snprintf(info->reason, sizeof info->reason,
+               "ranks share an address space: direct reads/writes of peers' buffers%s",
+               x.host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
+    else if (al->needs == NEED_DIRECT)
+      snprintf(info->reason, sizeof info->reason,
+               "process ranks: single-copy reads/writes of peers' buffers with "
+               "process_vm_readv/writev");
     else if (a->coll == UL_COLL_ALLREDUCE)
-      snprintf(info->reason, sizeof info->reason, "%zu bytes %s 64 KiB through scratch channels",
-               bytes, al->run == oneshot_allreduce ? "<=" : ">");
+      snprintf(info->reason, sizeof info->reason, "%zu bytes %s %zu through scratch channels",
+               bytes, is_oneshot(al) ? "<=" : ">", oneshot_limit(g, &algorithms[2]));
     else
       snprintf(info->reason, sizeof info->reason, "peers not load/store reachable (path %s)",
                comm->props.path);
+  }
+  /* Which data path this call took. */
+  if (al->needs == NEED_DIRECT && !g->load_store) {
+    x.cma = 1;
+    snprintf(info->path, sizeof info->path, "cma");
+  } else if (!g->load_store && g->shared_scratch && a->coll != UL_COLL_BARRIER) {
+    snprintf(info->path, sizeof info->path, "shm-copy");
+  }
+  if (a->coll != UL_COLL_BARRIER && a->count == 0) {
+    /* Every rank passes the same zero count: nothing to move and nothing to wait for
+     * (as NCCL and MPI do), instead of two barriers. */
+    snprintf(info->algorithm, sizeof info->algorithm, "none");
+    snprintf(info->reason, sizeof info->reason, "zero elements: no data, no synchronisation");
+    return UL_OK;
   }
   snprintf(info->algorithm, sizeof info->algorithm, "%s", al->name);
   return al->run(&x);

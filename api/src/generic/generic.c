@@ -13,15 +13,53 @@
 #define _GNU_SOURCE
 #include "generic.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "generic_internal.h"
 
 int ul__generic_available(ul_comm_t comm) { return comm->generic != NULL; }
+
+/* Ranks in separate processes whose scratch is shared memory: can they read and write
+ * each other's private buffers with process_vm_readv/writev (cross-memory attach)?
+ * Needs ptrace permission over the peer (same user; Yama may forbid it), so every rank
+ * tries to read each peer's mailbox and the ranks agree on the answer: a path that one
+ * rank cannot take must not be chosen by the others. Two barriers, once per comm. */
+static ul_result_t generic_probe_cma(ul__generic_t *g) {
+  ul__mailbox_t *mb = (ul__mailbox_t *)g->scratch;
+  mb->send = g->scratch; /* our own address of the scratch: what a peer reads back */
+  mb->pid = (int32_t)getpid();
+  mb->cma_ok = 0;
+  int want = (int)ul__param_int("CMA", 1,
+                                "single-copy transfers between process ranks with "
+                                "process_vm_readv/writev (0: off, copy through shared memory)");
+  UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
+  int ok = want != 0;
+  for (int p = 0; p < g->n && ok; p++) {
+    if (p == g->me) continue;
+    const ul__mailbox_t *pm = (const ul__mailbox_t *)g->peer_bases[p];
+    const void *remote = pm->send;
+    const void *got = NULL;
+    struct iovec l = {(void *)&got, sizeof got}, r = {(void *)remote, sizeof got};
+    if (process_vm_readv((pid_t)pm->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof got || got != remote)
+      ok = 0;
+  }
+  mb->cma_ok = ok;
+  UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
+  int all = 1;
+  for (int p = 0; p < g->n; p++)
+    if (!((const ul__mailbox_t *)g->peer_bases[p])->cma_ok) all = 0;
+  mb->send = NULL; /* peers read it before the second barrier; publish rewrites it */
+  g->cma = all;
+  g->opname = NULL;
+  return UL_OK;
+}
 
 ul_result_t ul__generic_init(ul_comm_t comm) {
   comm->generic = NULL;
@@ -49,7 +87,16 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->slot_bytes = UL__NBUF * chunk;
   g->slots_off = 64;
   g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
-  g->scratch_size = g->work_off + chunk;
+  /* One-shot staging: two buffers (even/odd epochs) that peers read in place, so a
+   * small allreduce needs a single synchronisation (see algorithms.c). */
+  size_t os = (size_t)ul__param_int("ONESHOT_BYTES", 32 * 1024,
+                                    "largest message (bytes) of the single-sync one-shot "
+                                    "allreduce of the generic layer (0: off)");
+  if (os > ((size_t)1 << 20)) os = (size_t)1 << 20;
+  os = (os + 63) & ~(size_t)63;
+  g->oneshot_off = g->work_off + chunk;
+  g->oneshot_bytes = os;
+  g->scratch_size = g->oneshot_off + 2 * os;
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -63,7 +110,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
     return rc;
   }
-  rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, 3 * n + 16, &g->win,
+  rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
   if (rc != UL_OK) {
     o->mem_free(comm->bcomm, g->scratch);
@@ -77,9 +124,22 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     for (int p = 0; p < n; p++)
       if (g->peer_bases[p] == NULL) g->load_store = 0;
   g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
+  g->shared_scratch = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0;
+  for (int p = 0; p < n; p++)
+    if (g->peer_bases[p] == NULL) g->shared_scratch = 0;
   comm->generic = g;
-  UL_INFO("INIT", "generic layer: chunk %zu B, scratch %zu B/rank, direct %s", g->chunk_bytes,
-          g->scratch_size, g->load_store ? "yes" : "no");
+  if (!g->load_store && g->shared_scratch && n > 1) {
+    rc = generic_probe_cma(g);
+    if (rc != UL_OK) {
+      /* Peers may be gone: no collective deregistration; comm_destroy frees the window. */
+      comm->generic = NULL;
+      o->mem_free(comm->bcomm, g->scratch);
+      ul__generic_fini_state(g);
+      return rc;
+    }
+  }
+  UL_INFO("INIT", "generic layer: chunk %zu B, scratch %zu B/rank, direct %s, single-copy %s",
+          g->chunk_bytes, g->scratch_size, g->load_store ? "yes" : "no", g->cma ? "yes" : "no");
   return UL_OK;
 }
 

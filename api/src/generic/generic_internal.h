@@ -8,11 +8,15 @@
 #define UL__SIG_DATA(g, j) (j)
 #define UL__SIG_CREDIT(g, j) ((g)->n + (j))
 #define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
+#define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* one-shot epochs of rank j */
+#define UL__NSIG_GENERIC(n) (4 * (n) + 16)
 
 typedef struct ul__mailbox {
   const void *send;
   void *recv;
   uint64_t seq;
+  int32_t pid;    /* process of the rank: single-copy reads (process_vm_readv) */
+  int32_t cma_ok; /* init probe: this rank could read every peer's mailbox */
 } ul__mailbox_t;
 
 typedef struct ul__generic {
@@ -28,6 +32,10 @@ typedef struct ul__generic {
   int load_store; /* direct algorithms allowed */
   int can_poll;   /* backend has read_signal */
   uint64_t seq;   /* sequence number of the running operation */
+  int shared_scratch; /* every peer's scratch is host load/store reachable */
+  int cma;            /* user buffers private, but process_vm_readv/writev work */
+  size_t oneshot_off, oneshot_bytes; /* two one-shot staging buffers per rank */
+  uint64_t oneshot_epoch;            /* one-shot operations run so far */
   const char *opname;
 } ul__generic_t;
 
