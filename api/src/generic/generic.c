@@ -184,7 +184,7 @@ ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_ba
   if (rc == UL_ERR_PEER_LOST) {
     char prev[512];
     snprintf(prev, sizeof prev, "%s", c->last_error);
-    return ul__comm_set_error(c, rc, "%s #%llu: rank %d lost while waiting for it (%s)", opname,
+    return ul__comm_set_error(c, rc, "%s #%llu: a peer was lost while waiting for rank %d (%s)", opname,
                               (unsigned long long)g->seq, peer, prev);
   }
   return rc;
