@@ -282,6 +282,28 @@ static int fatal_error(ul_result_t rc) {
          rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
 }
 
+static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_info_t *info) {
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  info->sequence = seq;
+  info->coll = coll;
+  snprintf(info->backend, sizeof info->backend, "%s", c->backend->ops.name);
+  snprintf(info->path, sizeof info->path, "%s", c->props.path);
+}
+
+/* End of an operation's turn: record what ran (the backend may amend it), or make a
+ * fatal error sticky. */
+static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info) {
+  if (rc == UL_OK) {
+    c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
+    ul__comm_record_call(c, info);
+  } else if (fatal_error(rc)) {
+    c->sticky = rc;
+  }
+  end_turn(c);
+  return rc;
+}
+
 typedef struct coll_task {
   ul_comm_t comm;
   ul__coll_args_t args;
@@ -295,12 +317,7 @@ static ul_result_t execute_coll(coll_task_t *t) {
   if (rc != UL_OK) return ul__comm_set_error(c, rc, "%s: aborted before it ran", ul_coll_name(t->args.coll));
   uint64_t seq = ++c->seq;
   ul_call_info_t info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  info.sequence = seq;
-  info.coll = t->args.coll;
-  snprintf(info.backend, sizeof info.backend, "%s", c->backend->ops.name);
-  snprintf(info.path, sizeof info.path, "%s", c->props.path);
+  call_info_init(c, seq, t->args.coll, &info);
   size_t es = t->args.coll == UL_COLL_BARRIER ? 0 : ul_dtype_size(t->args.dtype);
   info.bytes = t->args.count * es;
   if (c->sticky != UL_OK) {
@@ -317,15 +334,10 @@ static ul_result_t execute_coll(coll_task_t *t) {
   if (rc == UL_OK) maybe_inject_fault(c, &t->args);
 #endif
   if (rc == UL_OK) {
-    c->backend->ops.annotate_call(c->bcomm, &info); /* stub returns UNSUPPORTED: ignore */
-    ul__comm_record_call(c, &info);
     UL_TRACE("COLL", "%s #%llu %zu B on %s: %s (%s)", ul_coll_name(t->args.coll),
              (unsigned long long)seq, info.bytes, info.backend, info.algorithm, info.reason);
-  } else if (fatal_error(rc)) {
-    c->sticky = rc;
   }
-  end_turn(c);
-  return rc;
+  return finish_call(c, rc, &info);
 }
 
 static ul_result_t coll_task_fn(void *arg) {
@@ -429,32 +441,21 @@ static ul_result_t execute_batch(batch_task_t *t) {
       if (!ops) rc = ul__comm_set_error(c, UL_ERR_NO_MEMORY, "group: out of memory");
       else {
         for (int k = i; k < j; k++) ops[k - i] = t->items[k].p2p;
-        if (c->generic) ((void)0);
         rc = ul__generic_p2p(c, ops, j - i, t->bs);
         free(ops);
       }
     }
     i = j;
   }
+  ul_call_info_t info;
+  call_info_init(c, seq, UL_COLL_SENDRECV, &info);
   if (rc == UL_OK) {
-    ul_call_info_t info;
-    memset(&info, 0, sizeof info);
-    info.struct_size = sizeof info;
-    info.sequence = seq;
-    info.coll = UL_COLL_SENDRECV;
-    snprintf(info.backend, sizeof info.backend, "%s", c->backend->ops.name);
-    snprintf(info.path, sizeof info.path, "%s", c->props.path);
     snprintf(info.algorithm, sizeof info.algorithm, "%s", native_p2p ? "native" : "channels");
     snprintf(info.reason, sizeof info.reason, "%d operation(s) in one group", t->n);
     for (int i = 0; i < t->n; i++)
       if (!t->items[i].is_coll && t->items[i].p2p.is_send) info.bytes += t->items[i].p2p.bytes;
-    c->backend->ops.annotate_call(c->bcomm, &info);
-    ul__comm_record_call(c, &info);
-  } else if (fatal_error(rc)) {
-    c->sticky = rc;
   }
-  end_turn(c);
-  return rc;
+  return finish_call(c, rc, &info);
 }
 
 static ul_result_t batch_task_fn(void *arg) {

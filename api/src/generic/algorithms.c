@@ -302,6 +302,14 @@ static ul_result_t direct_scatter(algo_ctx_t *x) {
 /* One ring pass over `buf` (blocks per ul__block_range of total, or fixed blocks of
  * `blk` elements when blk != 0). reduce=1: reduce-scatter steps, else allgather steps.
  * shift relabels blocks so the rank finishing with block (r+1) ends with block r+shift. */
+/* Allreduce on one rank: a copy, and the avg scaling (by 1). */
+static ul_result_t single_rank_allreduce(algo_ctx_t *x) {
+  const ul__coll_args_t *a = x->a;
+  UL_CHECK(copy_if_needed(x, a->recvbuf, a->sendbuf, a->count));
+  if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  return UL_OK;
+}
+
 static ul_result_t ring_pass(algo_ctx_t *x, void *buf, size_t total, size_t blk, int reduce,
                              int shift) {
   ul__generic_t *g = x->g;
@@ -368,11 +376,7 @@ static ul_result_t oneshot_allreduce(algo_ctx_t *x) {
   const ul__coll_args_t *a = x->a;
   int n = g->n, me = g->me;
   size_t bytes = a->count * x->esize;
-  if (n == 1) {
-    UL_CHECK(copy_if_needed(x, a->recvbuf, a->sendbuf, a->count));
-    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
-    return UL_OK;
-  }
+  if (n == 1) return single_rank_allreduce(x);
   for (int i = 1; i < n; i++) UL_CHECK(ul__ch_send(g, (me + i) % n, a->sendbuf, bytes, x->bs));
   void *work = (char *)g->scratch + g->work_off;
   const void *p0 = a->sendbuf, *p1 = a->sendbuf;
@@ -414,11 +418,7 @@ static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
   const ul__coll_args_t *a = x->a;
   int n = g->n, me = g->me;
   size_t bytes = a->count * x->esize;
-  if (n == 1) {
-    UL_CHECK(copy_if_needed(x, a->recvbuf, a->sendbuf, a->count));
-    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
-    return UL_OK;
-  }
+  if (n == 1) return single_rank_allreduce(x);
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
   if (bytes) UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
