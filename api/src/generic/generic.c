@@ -119,14 +119,13 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
     return rc;
   }
-  g->load_store = comm->props.load_store_peers;
-  if (g->load_store)
-    for (int p = 0; p < n; p++)
-      if (g->peer_bases[p] == NULL) g->load_store = 0;
   g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
+  /* The mailbox, staging and direct paths are CPU loads/stores: they need host memory
+   * (cuda p2p peer_bases are device pointers even when ranks share a process). */
   g->shared_scratch = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0;
   for (int p = 0; p < n; p++)
     if (g->peer_bases[p] == NULL) g->shared_scratch = 0;
+  g->load_store = comm->props.load_store_peers && g->shared_scratch;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
     rc = generic_probe_cma(g);
