@@ -695,11 +695,6 @@ static ul_result_t cuda_copy_local(ul_backend_comm_t *c, void *dst, const void *
   return cuda_done(c, s);
 }
 
-static ul_result_t cuda_annotate(ul_backend_comm_t *c, ul_call_info_t *info) {
-  snprintf(info->path, sizeof(info->path), "%s", ulgpu_path_name(c->path));
-  return UL_OK;
-}
-
 static const ul_backend_ops_t cuda_ops = {
     .abi_version = UL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(ul_backend_ops_t),
@@ -733,7 +728,6 @@ static const ul_backend_ops_t cuda_ops = {
     .reduce_local = cuda_reduce_local,
     .scale_avg = cuda_scale_avg,
     .copy_local = cuda_copy_local,
-    .annotate_call = cuda_annotate,
 };
 
 __attribute__((visibility("default"))) const ul_backend_ops_t *ul_backend_entry(void) {

@@ -694,12 +694,6 @@ static ul_result_t nccl_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s) 
   return nccl_finish(c, "ncclGroupEnd", ncclGroupEnd(), s);
 }
 
-static ul_result_t nccl_annotate(ul_backend_comm_t *c, ul_call_info_t *info) {
-  snprintf(info->algorithm, sizeof(info->algorithm), "native");
-  snprintf(info->path, sizeof(info->path), "nccl");
-  return UL_OK;
-}
-
 /* ------------------------------------------------------------------- table */
 
 static const ul_backend_coll_ops_t nccl_coll = {
@@ -750,7 +744,6 @@ static const ul_backend_ops_t nccl_ops = {
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
     .coll = &nccl_coll,
-    .annotate_call = nccl_annotate,
 };
 
 __attribute__((visibility("default"))) const ul_backend_ops_t *ul_backend_entry(void) {

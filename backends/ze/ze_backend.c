@@ -1234,11 +1234,6 @@ static ul_result_t ze_copy_local(ul_backend_comm_t *c, void *dst, const void *sr
   return rc != UL_OK ? rc : ze_done(c, s);
 }
 
-static ul_result_t ze_annotate(ul_backend_comm_t *c, ul_call_info_t *info) {
-  snprintf(info->path, sizeof(info->path), "%s", c->path);
-  return UL_OK;
-}
-
 static const ul_backend_ops_t ze_ops = {
     .abi_version = UL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(ul_backend_ops_t),
@@ -1273,7 +1268,6 @@ static const ul_backend_ops_t ze_ops = {
     .reduce_local = ze_reduce_local,
     .scale_avg = ze_scale_avg,
     .copy_local = ze_copy_local,
-    .annotate_call = ze_annotate,
 };
 
 __attribute__((visibility("default"))) const ul_backend_ops_t *ul_backend_entry(void) {
