@@ -29,3 +29,25 @@ function(unilink_plugin_backend name)
   set_target_properties(unilink-${name} PROPERTIES PREFIX "lib" C_VISIBILITY_PRESET hidden)
   set_property(GLOBAL APPEND PROPERTY UNILINK_PLUGIN_TARGETS unilink-${name})
 endfunction()
+
+# Unit tests live in tests/, which is configured after backends/: these attach a
+# backend's helper library to a test, or order a test after the plugin it loads, once
+# the test target exists (deferred to the end of the top directory).
+function(unilink_test_link test lib)
+  cmake_language(EVAL CODE "cmake_language(DEFER DIRECTORY \"${CMAKE_SOURCE_DIR}\" CALL
+    unilink_test_link_now \"${test}\" \"${lib}\")")
+endfunction()
+function(unilink_test_link_now test lib)
+  if(TARGET ${test})
+    target_link_libraries(${test} PRIVATE ${lib})
+  endif()
+endfunction()
+function(unilink_test_depends test dep)
+  cmake_language(EVAL CODE "cmake_language(DEFER DIRECTORY \"${CMAKE_SOURCE_DIR}\" CALL
+    unilink_test_depends_now \"${test}\" \"${dep}\")")
+endfunction()
+function(unilink_test_depends_now test dep)
+  if(TARGET ${test} AND TARGET ${dep})
+    add_dependencies(${test} ${dep})
+  endif()
+endfunction()

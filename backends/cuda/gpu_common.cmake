@@ -20,27 +20,3 @@ if(UNILINK_GPU_FOUND AND NOT TARGET unilink_gpu_common)
   set_target_properties(unilink_gpu_common PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_compile_definitions(unilink_gpu_common INTERFACE UNILINK_HAVE_GPU_COMMON=1)
 endif()
-
-# Attach a helper library to a unit test target once tests/ has created it (tests are
-# configured after backends; the call is deferred to the end of the top directory).
-function(unilink_gpu_attach_test test lib)
-  cmake_language(EVAL CODE "
-    cmake_language(DEFER DIRECTORY \"${CMAKE_SOURCE_DIR}\" CALL
-      unilink_gpu_attach_test_now \"${test}\" \"${lib}\")")
-endfunction()
-function(unilink_gpu_attach_test_now test lib)
-  if(TARGET ${test})
-    target_link_libraries(${test} PRIVATE ${lib})
-  endif()
-endfunction()
-# A test that loads a plugin must be built after it.
-function(unilink_gpu_test_depends test dep)
-  cmake_language(EVAL CODE "
-    cmake_language(DEFER DIRECTORY \"${CMAKE_SOURCE_DIR}\" CALL
-      unilink_gpu_test_depends_now \"${test}\" \"${dep}\")")
-endfunction()
-function(unilink_gpu_test_depends_now test dep)
-  if(TARGET ${test} AND TARGET ${dep})
-    add_dependencies(${test} ${dep})
-  endif()
-endfunction()
