@@ -180,3 +180,32 @@ Test(sim_backend, one_sided_put_signal_and_abort, .timeout = 30) {
   cr_assert_eq(w.rc, UL_ERR_ABORTED, "%s", ul_result_name(w.rc));
   ul_comm_destroy(comms[0]); /* comms[1] was freed by ul_comm_abort */
 }
+
+/* A split communicator keeps its parent's modeled topology (the backend options). */
+typedef struct split_job {
+  ul_comm_t parent, child;
+  ul_result_t rc;
+} split_job_t;
+
+static void *split_one(void *arg) {
+  split_job_t *j = arg;
+  j->rc = ul_comm_split(j->parent, 0, 0, &j->child, NULL);
+  return NULL;
+}
+
+Test(sim_backend, split_keeps_the_topology, .timeout = 30) {
+  ul_comm_t comms[N];
+  init_all(comms, "sim:mi300x-8gpu");
+  split_job_t jobs[N];
+  pthread_t th[N];
+  for (int i = 0; i < N; i++) {
+    jobs[i] = (split_job_t){comms[i], NULL, UL_OK};
+    pthread_create(&th[i], NULL, split_one, &jobs[i]);
+  }
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < N; i++) cr_assert_eq(jobs[i].rc, UL_OK, "%s", ul_comm_last_error(comms[i]));
+  ul_link_info_t links[N];
+  cr_assert_eq(ul_comm_topology(jobs[1].child, links, N), UL_OK);
+  cr_assert(strstr(links[0].description, "xgmi-mi300x x1"), "%s", links[0].description);
+  for (int i = 0; i < N; i++) ul_comm_destroy(jobs[i].child), ul_comm_destroy(comms[i]);
+}

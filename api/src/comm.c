@@ -169,6 +169,7 @@ static void fill_args(ul_backend_comm_args_t *a, ul_comm_t c, const unsigned cha
   a->abort_flag = &c->abort_flag;
   a->name = c->config.name[0] ? c->config.name : NULL;
   a->options = options ? options : "";
+  snprintf(c->options, sizeof c->options, "%s", a->options);
 }
 
 /* After the backend communicator exists: the generic layer's resources. */
@@ -397,7 +398,7 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
       return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_split: out of memory");
     }
     ul_backend_comm_args_t args;
-    fill_args(&args, child, NULL, "");
+    fill_args(&args, child, NULL, comm->options);
     if (color == UL_SPLIT_NOCOLOR) args.rank = -1, args.nranks = 0;
     rc = comm->backend->ops.comm_split(comm->bcomm, color, key, &args, &child->bcomm, &child->props);
     if (rc == UL_OK && child->bcomm != NULL) rc = comm_finish_setup(child);
@@ -425,24 +426,20 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
     }
   ul_result_t idrc = UL_OK;
   if (leader == comm->rank) {
+    /* The child keeps the parent's backend options (e.g. the sim topology). */
     char full[64];
-    snprintf(full, sizeof full, "%s", comm->backend->ops.name);
+    snprintf(full, sizeof full, "%s%s%s", comm->backend->ops.name, comm->options[0] ? ":" : "",
+             comm->options);
     idrc = ul_get_unique_id(full, &myid);
   }
   rc = ids ? ul_allgather(&myid, ids, sizeof myid, UL_UINT8, comm, NULL) : UL_ERR_NO_MEMORY;
   if (rc == UL_OK && idrc != UL_OK) rc = idrc;
   if (rc == UL_OK && color != UL_SPLIT_NOCOLOR) {
-    ul__id_layout_t lay;
-    memcpy(&lay, ids[leader].internal, sizeof lay);
-    /* Keep the parent's backend options (e.g. the sim topology). */
-    memcpy(&lay, ids[leader].internal, sizeof lay);
-    ul_unique_id_t childid;
-    memcpy(childid.internal, &lay, sizeof lay);
     ul_config_t pub = UL_CONFIG_INIT;
     pub.timeout_ms = cfg.timeout_ms;
     pub.check = cfg.check;
     if (cfg.device != UL_CONFIG_UNDEF) pub.device = cfg.device;
-    rc = ul_comm_init_rank(newcomm, &pub, m, childid, newrank);
+    rc = ul_comm_init_rank(newcomm, &pub, m, ids[leader], newrank);
   }
   free(ids);
   free(grp);

@@ -149,6 +149,7 @@ struct ul_comm {
   uint64_t exec_ticket;
   void *turn; /* ul__turn_t* (coll.c) */
   struct ul_window *windows; /* live windows, freed with the communicator */
+  char options[28];          /* backend options ("dgx-h100" of "sim:dgx-h100"), for split */
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 
