@@ -428,12 +428,13 @@ static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
     int p = (me + n - i) % n;
     UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
   }
-  if (!bytes) return UL_OK;
+  if (!bytes) return ul__staged_done(g, x->bs);
   /* Our own input is read from the staged copy too: recvbuf may alias sendbuf. */
   UL_CHECK(REDUCE(x, a->recvbuf, (char *)g->peer_bases[0] + boff, (char *)g->peer_bases[1] + boff,
                   a->count));
   for (int r = 2; r < n; r++)
     UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, (char *)g->peer_bases[r] + boff, a->count));
+  UL_CHECK(ul__staged_done(g, x->bs));
   if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
   return UL_OK;
 }
@@ -464,31 +465,34 @@ static ul_result_t staged_small(algo_ctx_t *x) {
     int p = (me + n - i) % n;
     UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
   }
-  if (!cb) return UL_OK;
 #define STAGED(r) ((char *)g->peer_bases[r] + boff)
-  switch (a->coll) {
+  switch (cb ? a->coll : UL_COLL_COUNT) {
+  case UL_COLL_COUNT: /* nothing to read */
+    break;
   case UL_COLL_BROADCAST:
-    return COPY(x, a->recvbuf, STAGED(a->root), cb);
+    UL_CHECK(COPY(x, a->recvbuf, STAGED(a->root), cb));
+    break;
   case UL_COLL_ALLGATHER:
     for (int r = 0; r < n; r++) UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize), STAGED(r), cb));
-    return UL_OK;
+    break;
   case UL_COLL_ALLTOALL:
     for (int r = 0; r < n; r++)
       UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize),
                     STAGED(r) + (size_t)me * cb, cb));
-    return UL_OK;
+    break;
   case UL_COLL_REDUCE_SCATTER: {
     size_t o = (size_t)me * cb;
     if (n == 1) UL_CHECK(COPY(x, a->recvbuf, STAGED(0) + o, cb));
     else UL_CHECK(REDUCE(x, a->recvbuf, STAGED(0) + o, STAGED(1) + o, a->count));
     for (int r = 2; r < n; r++) UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, STAGED(r) + o, a->count));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
-    return UL_OK;
+    break;
   }
   default:
     return ul__comm_set_error(x->c, UL_ERR_INTERNAL, "staged: unexpected collective");
   }
 #undef STAGED
+  return ul__staged_done(g, x->bs);
 }
 
 static ul_result_t ring_reduce_scatter(algo_ctx_t *x) {

@@ -154,10 +154,16 @@ void ul__generic_fini(ul_comm_t comm) {
   ul__generic_t *g = comm->generic;
   if (!g) return;
   const ul_backend_ops_t *o = &comm->backend->ops;
-  /* Deregistration is collective; after an abort or error peers may be gone, so only
-   * the local resources are released then (the backend frees the rest at destroy). */
-  if (g->win && comm->sticky == UL_OK && !comm->abort_flag)
-    o->window_deregister(comm->bcomm, g->win);
+  /* Destroy is local (the backend's comm_destroy frees the window): no collective
+   * deregistration, so one thread may destroy all the ranks it created. Only peers still
+   * reading our staging buffers of the last small operation are waited for: they have
+   * all entered it (we saw their epochs), so this is short unless a peer died. */
+  if (g->win && g->oneshot_epoch && comm->sticky == UL_OK && !comm->abort_flag)
+    for (int p = 0; p < g->n; p++) {
+      if (p == g->me) continue;
+      if (o->wait_signal(comm->bcomm, g->win, UL__SIG_DONE(g, p), g->oneshot_epoch, NULL) != UL_OK)
+        break; /* a lost or aborted peer reads nothing more */
+    }
   if (g->scratch) o->mem_free(comm->bcomm, g->scratch);
   comm->generic = NULL;
   ul__generic_fini_state(g);
@@ -261,6 +267,13 @@ ul_result_t ul__generic_barrier(ul_comm_t comm, ul_backend_stream_t *bs, const c
       return ul__gwait(g, UL__SIG_SYNC(g, p), epoch, p, bs);
     }
   }
+  return UL_OK;
+}
+
+ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  for (int i = 1; i < g->n; i++)
+    UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, (g->me + i) % g->n, UL__SIG_DONE(g, g->me), bs));
   return UL_OK;
 }
 

@@ -9,7 +9,8 @@
 #define UL__SIG_CREDIT(g, j) ((g)->n + (j))
 #define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* one-shot epochs of rank j */
-#define UL__NSIG_GENERIC(n) (4 * (n) + 16)
+#define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading staged epochs */
+#define UL__NSIG_GENERIC(n) (5 * (n) + 16)
 
 typedef struct ul__mailbox {
   const void *send;
@@ -48,6 +49,8 @@ UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, s
 UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
                                          ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
+/* After reading the peers' staging buffers of the current epoch: tell them. */
+UL__HIDDEN ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, void *recv,
                                    ul_backend_stream_t *bs);
 UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
