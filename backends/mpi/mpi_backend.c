@@ -110,7 +110,7 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
                               text, cls, mpirc);
 }
 
-static double mpi_now_ms(void) {
+double mpi_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;

@@ -332,6 +332,22 @@ int main(void) {
       if (r != 4 && r % 2 == color) want += r;
     CHECK(sum == want, "split allreduce %d want %d", sum, want);
     test_comm(sub, sr, sn, "split");
+    /* Sibling communicators register windows at the same moment, many times: Open MPI
+     * 4's osc/rdma gives both the same backing file unless the backend takes turns. */
+    int clashes = 0;
+    for (int it = 0; it < 60; it++) {
+      char wbuf[256];
+      ul_window_t sw = NULL;
+      ul_result_t wr = ul_window_register(sub, wbuf, sizeof wbuf, &sw);
+      if (wr != UL_OK) {
+        if (!clashes++)
+          fprintf(stderr, "[rank %d] sibling window %d: %s: %s\n", g_rank, it, ul_result_name(wr),
+                  ul_comm_last_error(sub));
+      } else if (ul_window_deregister(sw) != UL_OK) {
+        clashes++;
+      }
+    }
+    CHECK(clashes == 0, "%d of 60 window registrations on sibling communicators failed", clashes);
     CHECK_OK(ul_comm_finalize(sub));
     CHECK_OK(ul_comm_destroy(sub));
   }

@@ -65,6 +65,7 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call);
 ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
                         int timeout_ms);
 MPI_Datatype mpi_dtype_of(ul_dtype_t d);
+double mpi_now_ms(void); /* CLOCK_MONOTONIC */
 MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
 
 /* mpi_coll.c */

@@ -10,11 +10,16 @@
 #define _GNU_SOURCE
 #include "mpi_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 ul_result_t mpi_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
   if ((unsigned long long)size > (unsigned long long)(((size_t)-1) >> 1))
@@ -65,6 +70,71 @@ static void mpi_win_free_all(ul_backend_window_t *w) {
   free(w);
 }
 
+/* Open MPI 4's osc/rdma names the node-shared state file of a window after the
+ * communicator's context id alone, and sibling communicators of one split share that
+ * id: windows created on them at the same time open one file (attach fails with ENOENT
+ * once the other leader unlinks it, or two windows share lock state). Open MPI 5 adds
+ * the leader's pid to the name. Until then the node leaders take turns: each holds a
+ * per-user lock file from before MPI_Win_create until after MPI_Win_allocate, and the
+ * file is unlinked inside those calls, so the next leader starts clean. */
+#if UL_MPI_IMPL_SELF == 1 && defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION < 5
+#define MPI_OSC_SERIALIZE 1
+#else
+#define MPI_OSC_SERIALIZE 0
+#endif
+
+/* Take the node's window-creation turn (node leaders only); returns the open lock fd, or
+ * -1 with *r set on timeout/abort, or -1 with *r UL_OK when no lock file can be used
+ * (creation then goes ahead unserialized, as it would without this workaround). */
+static int mpi_osc_turn_take(ul_backend_comm_t *c, ul_result_t *r) {
+  *r = UL_OK;
+  if (!MPI_OSC_SERIALIZE || c->node_of[c->rank] != c->rank) return -1;
+  const char *dir = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/unilink-mpi-osc.%u.lock", dir && *dir ? dir : "/tmp",
+           (unsigned)getuid());
+  int fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    ul_backend_log(UL_LOG_WARN, "mpi",
+                   "rank %d: cannot open %s (%s); window creation is not serialized against "
+                   "Open MPI 4 sibling-communicator name clashes",
+                   c->rank, path, strerror(errno));
+    return -1;
+  }
+  double t0 = mpi_now_ms();
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+    if ((c->abort_flag && *c->abort_flag) || c->dead) {
+      close(fd);
+      *r = ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
+                                "rank %d: window registration abandoned: the communicator was "
+                                "aborted",
+                                c->rank);
+      return -1;
+    }
+    if (c->timeout_ms > 0 && mpi_now_ms() - t0 >= c->timeout_ms) {
+      close(fd);
+      *r = ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
+                                "rank %d: window registration waited %d ms for %s (another "
+                                "window creation on this node did not finish)",
+                                c->rank, c->timeout_ms, path);
+      return -1;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  return fd;
+}
+
+static void mpi_osc_turn_give(int fd) {
+  if (fd < 0) return;
+  flock(fd, LOCK_UN);
+  close(fd);
+}
+
 ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int extra_signals,
                              ul_backend_window_t **out, void **peer_bases) {
   *out = NULL;
@@ -74,7 +144,26 @@ ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int 
   w->sig = MPI_WIN_NULL;
   w->nsignals = UL_WINDOW_SIGNALS + (extra_signals > 0 ? extra_signals : 0);
   ul_result_t r = UL_OK;
-  int rc = MPI_Win_create(size ? base : NULL, (MPI_Aint)size, 1, MPI_INFO_NULL, c->comm, &w->data);
+  int turn = -1, rc;
+  if (MPI_OSC_SERIALIZE) {
+    /* Everyone learns whether every leader got its turn before entering the blocking
+     * MPI_Win_create, so a leader's timeout cannot strand its peers inside it. */
+    turn = mpi_osc_turn_take(c, &r);
+    int ok = r == UL_OK, all_ok = 0;
+    MPI_Request req;
+    rc = MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->comm, &req);
+    ul_result_t ar = rc == MPI_SUCCESS
+                         ? mpi_waitall(c, 1, &req, "MPI_Iallreduce (window_register)", c->timeout_ms)
+                         : mpi_error_set(c, rc, "MPI_Iallreduce");
+    if (r == UL_OK && ar != UL_OK) r = ar;
+    if (r == UL_OK && !all_ok)
+      r = ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
+                               "rank %d: window registration abandoned: a node leader of this "
+                               "communicator could not take its window-creation turn",
+                               c->rank);
+    if (r != UL_OK) goto fail;
+  }
+  rc = MPI_Win_create(size ? base : NULL, (MPI_Aint)size, 1, MPI_INFO_NULL, c->comm, &w->data);
   if (rc != MPI_SUCCESS) {
     /* MPI_ERR_WIN here means this MPI has no one-sided component for these processes
      * (Open MPI 4 with only the self BTL, or TCP without osc/ucx): one-sided is then
@@ -98,6 +187,8 @@ ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int 
     goto fail;
   }
   MPI_Win_set_errhandler(w->sig, MPI_ERRORS_RETURN);
+  mpi_osc_turn_give(turn);
+  turn = -1;
   /* Counters start at 0 everywhere before any peer may add to them: zero, make the
    * stores public, then a barrier. */
   memset(w->sigbase, 0, (size_t)w->nsignals * sizeof(uint64_t));
@@ -118,6 +209,7 @@ ul_result_t mpi_win_register(ul_backend_comm_t *c, void *base, size_t size, int 
   *out = w;
   return UL_OK;
 fail:
+  mpi_osc_turn_give(turn);
   mpi_win_free_all(w);
   return r;
 }
