@@ -124,6 +124,14 @@ static ul_result_t ul__stub_recv(ul_backend_comm_t *c, void *buf, size_t count, 
 static ul_result_t ul__stub_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_mem_export(ul_backend_comm_t *c, const void *p, size_t n, uint64_t *h,
+                                       size_t *off) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_mem_import(ul_backend_comm_t *c, int peer, uint64_t h, void **base,
+                                       size_t *size) {
+  return UL_ERR_UNSUPPORTED;
+}
 static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *info) {
   return UL_ERR_UNSUPPORTED;
 }
@@ -163,7 +171,9 @@ static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *
   X(recv, ul__stub_recv)                          \
   X(group_start, ul__stub_comm)                   \
   X(group_end, ul__stub_group_end)                \
-  X(annotate_call, ul__stub_annotate_call)
+  X(annotate_call, ul__stub_annotate_call)        \
+  X(mem_export, ul__stub_mem_export)              \
+  X(mem_import, ul__stub_mem_import)
 
 #define UL__COLL_LIST(X) \
   X(allreduce)           \

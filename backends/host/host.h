@@ -112,7 +112,17 @@ typedef struct host_alloc {
   size_t size;     /* requested */
   size_t map_size; /* mapped / allocated */
   char name[HOST_NAME_MAX_LEN]; /* process mode segment name; "" in thread mode */
+  uint64_t serial;              /* process mode: the n of the name */
 } host_alloc_t;
+
+/* A peer's mem_alloc segment mapped here for zero-copy collectives (process mode). */
+typedef struct host_import {
+  int peer;
+  uint64_t handle; /* creator pid << 32 | serial */
+  void *addr;
+  size_t len;
+  uint64_t used; /* LRU stamp */
+} host_import_t;
 
 /* A peer mapping owned by a window (process mode). */
 typedef struct host_map {
@@ -157,6 +167,9 @@ struct ul_backend_comm {
   host_alloc_t *allocs;
   int nallocs, cap_allocs;
   struct ul_backend_window *windows;
+  host_import_t *imports;   /* guarded by lock */
+  int nimports, cap_imports;
+  uint64_t import_clock;
 };
 
 /* ---- host_shm.c ---- */
@@ -204,6 +217,10 @@ ul_result_t host_window_register(ul_backend_comm_t *c, void *base, size_t size,
                                  int extra_signals, ul_backend_window_t **out,
                                  void **peer_bases);
 ul_result_t host_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w);
+ul_result_t host_mem_export(ul_backend_comm_t *c, const void *ptr, size_t bytes,
+                            uint64_t *handle, size_t *offset);
+ul_result_t host_mem_import(ul_backend_comm_t *c, int peer, uint64_t handle, void **base,
+                            size_t *size);
 /* comm_destroy: free every allocation and window left (no collective step). */
 void host_mem_release_all(ul_backend_comm_t *c);
 

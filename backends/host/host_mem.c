@@ -30,10 +30,12 @@ typedef struct host_sig_block {
   host_slot_t slots[];
 } host_sig_block_t;
 
-static void host_mem_name(ul_backend_comm_t *c, char kind, char *name) {
+/* Segment names: "/unilink-<tag>-<pid>-<kind><n>". Returns n. */
+static uint64_t host_mem_name(ul_backend_comm_t *c, char kind, char *name) {
   unsigned long long n = atomic_fetch_add(&host_mem_serial, 1);
   snprintf(name, HOST_NAME_MAX_LEN, "/%s%s-%d-%c%llu", HOST_SHM_PREFIX, c->tag_hex, (int)getpid(),
            kind, n);
+  return n;
 }
 
 static ul_result_t host_mem_track(ul_backend_comm_t *c, const host_alloc_t *a) {
@@ -77,7 +79,7 @@ ul_result_t host_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
                                   size);
     if (align == HOST_HUGE_ALIGN) (void)madvise(a.ptr, a.map_size, MADV_HUGEPAGE);
   } else {
-    host_mem_name(c, 'm', a.name);
+    a.serial = host_mem_name(c, 'm', a.name);
     UL_CHECK(host_shm_create(c->handle, a.name, size, 1, &a.ptr, &a.map_size));
   }
   if (host_mem_track(c, &a) != UL_OK) {
@@ -124,6 +126,102 @@ static int host_mem_find(ul_backend_comm_t *c, const void *base, size_t size, ho
   }
   pthread_mutex_unlock(&c->lock);
   return found;
+}
+
+/* ------------------------------------------------ zero-copy peer mappings
+ * A process rank's ul_mem_alloc memory is a named segment, so a peer can map it and
+ * read or write the rank's collective buffers in place, as threads do. The handle is
+ * the creator's pid and the segment's serial, from which the name follows. Mappings are
+ * cached per communicator (a training loop reuses its buffers); on a miss, mappings of
+ * segments their owner has since freed (unlinked) are dropped, and the least recently
+ * used one goes when the cache is full, so a freed buffer's pages do not stay pinned by
+ * peers for long. */
+
+ul_result_t host_mem_export(ul_backend_comm_t *c, const void *ptr, size_t bytes,
+                            uint64_t *handle, size_t *offset) {
+  host_alloc_t a;
+  if (c->threads || !ptr || !host_mem_find(c, ptr, bytes, &a) || !a.name[0])
+    return UL_ERR_UNSUPPORTED;
+  *handle = (uint64_t)(uint32_t)getpid() << 32 | (a.serial & 0xffffffffu);
+  *offset = (size_t)((uintptr_t)ptr - (uintptr_t)a.ptr);
+  return UL_OK;
+}
+
+static void host_import_name(const ul_backend_comm_t *c, uint64_t handle, char *name) {
+  snprintf(name, HOST_NAME_MAX_LEN, "/%s%s-%d-m%llu", HOST_SHM_PREFIX, c->tag_hex,
+           (int)(handle >> 32), (unsigned long long)(handle & 0xffffffffu));
+}
+
+/* Drop mappings of segments that no longer exist (their owner freed them). c->lock held. */
+static void host_import_purge(ul_backend_comm_t *c) {
+  for (int i = 0; i < c->nimports;) {
+    char name[HOST_NAME_MAX_LEN], path[HOST_NAME_MAX_LEN + 16];
+    host_import_name(c, c->imports[i].handle, name);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    if (access(path, F_OK) != 0) {
+      munmap(c->imports[i].addr, c->imports[i].len);
+      c->imports[i] = c->imports[--c->nimports];
+    } else {
+      i++;
+    }
+  }
+}
+
+ul_result_t host_mem_import(ul_backend_comm_t *c, int peer, uint64_t handle, void **base,
+                            size_t *size) {
+  if (c->threads || peer < 0 || peer >= c->nranks || handle == 0 ||
+      (pid_t)(handle >> 32) != c->pids[peer])
+    return UL_ERR_UNSUPPORTED;
+  ul_result_t rc = UL_OK;
+  pthread_mutex_lock(&c->lock);
+  c->import_clock++;
+  for (int i = 0; i < c->nimports; i++)
+    if (c->imports[i].peer == peer && c->imports[i].handle == handle) {
+      c->imports[i].used = c->import_clock;
+      *base = c->imports[i].addr;
+      *size = c->imports[i].len;
+      pthread_mutex_unlock(&c->lock);
+      return UL_OK;
+    }
+  host_import_purge(c);
+  /* Room for every peer's send and receive buffers of one call, and some reuse. */
+  int cap = 4 * c->nranks + 32;
+  if (c->nimports >= cap) {
+    int lru = 0;
+    for (int i = 1; i < c->nimports; i++)
+      if (c->imports[i].used < c->imports[lru].used) lru = i;
+    munmap(c->imports[lru].addr, c->imports[lru].len);
+    c->imports[lru] = c->imports[--c->nimports];
+  }
+  if (c->nimports == c->cap_imports) {
+    int ncap = c->cap_imports ? 2 * c->cap_imports : 16;
+    host_import_t *n = realloc(c->imports, (size_t)ncap * sizeof *n);
+    if (!n) rc = UL_ERR_NO_MEMORY;
+    else c->imports = n, c->cap_imports = ncap;
+  }
+  if (rc == UL_OK) {
+    char name[HOST_NAME_MAX_LEN];
+    host_import_name(c, handle, name);
+    host_import_t im = {peer, handle, NULL, 0, c->import_clock};
+    void *b = NULL;
+    /* A failure here only costs the zero-copy path: the caller falls back to single-copy
+     * (the sentence host_shm_map records is replaced by the next error, if any). */
+    rc = host_shm_map(NULL, name, 0, 0, &im.addr, &im.len, &b);
+    if (rc == UL_OK) {
+      c->imports[c->nimports++] = im;
+      *base = b;
+      *size = im.len;
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  return rc == UL_OK ? UL_OK : UL_ERR_UNSUPPORTED;
+}
+
+static void host_import_release_all(ul_backend_comm_t *c) {
+  for (int i = 0; i < c->nimports; i++) munmap(c->imports[i].addr, c->imports[i].len);
+  free(c->imports);
+  c->imports = NULL;
+  c->nimports = c->cap_imports = 0;
 }
 
 /* Free what this rank holds of a window. */
@@ -358,5 +456,6 @@ void host_mem_release_all(ul_backend_comm_t *c) {
   }
   for (int i = 0; i < nallocs; i++) host_mem_release(&allocs[i]);
   free(allocs);
+  host_import_release_all(c);
   host_mem_unlink_dead(c);
 }

@@ -118,6 +118,7 @@ ul_result_t host_shm_map(ul_comm_t h, const char *name, size_t offset, size_t le
                                 "host: peer segment %s is not owned by this user (uid %u)", name,
                                 (unsigned)geteuid());
   }
+  if (len == 0) len = (uint64_t)st.st_size > offset ? (size_t)st.st_size - offset : 0; /* all */
   size_t page = host_page_size();
   size_t start = offset / page * page;
   size_t end = offset + len;

@@ -210,6 +210,19 @@ typedef struct ul_backend_ops {
   /** Called by the core after each successful operation with the core's record of
    *  it; a backend may amend it (modeled_us, algorithm, path). Optional. */
   ul_result_t (*annotate_call)(ul_backend_comm_t *c, ul_call_info_t *info);
+
+  /* --- peer mapping of mem_alloc memory (optional; process ranks) ---------- */
+  /** Local. If [ptr, ptr+bytes) lies inside one allocation of this comm's mem_alloc that
+   *  peers can map, set *handle (never 0) and *offset (of ptr within it); else
+   *  UL_ERR_UNSUPPORTED, which only means "no zero-copy for this buffer". */
+  ul_result_t (*mem_export)(ul_backend_comm_t *c, const void *ptr, size_t bytes,
+                            uint64_t *handle, size_t *offset);
+  /** Local. Map peer @p peer's exported allocation @p handle into this process and set
+   *  *base (its first byte here) and *size. The backend caches mappings, so a buffer
+   *  used again costs a lookup; they live until comm_destroy or until the backend drops
+   *  them after the owner freed them. */
+  ul_result_t (*mem_import)(ul_backend_comm_t *c, int peer, uint64_t handle, void **base,
+                            size_t *size);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */

@@ -21,7 +21,8 @@ typedef struct algo_ctx {
   size_t esize;
   ul_op_t rop; /* op used for the reduction itself (avg -> sum) */
   int host;    /* buffers are host memory: the layer may load/store them itself */
-  int cma;     /* direct algorithm on private buffers: process_vm_readv/writev */
+  int cma;     /* direct algorithm between processes: mapped (zero-copy) or single-copy */
+  int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
@@ -45,7 +46,7 @@ static size_t chunk_elems(algo_ctx_t *x) {
  * peer's data) live in the work area at once. Single-copy pieces are larger because
  * each costs a system call. */
 static size_t piece_elems(algo_ctx_t *x) {
-  size_t b = x->cma ? x->g->chunk_bytes / 2 : (size_t)(64 * 1024);
+  size_t b = x->cma && !x->zc ? x->g->chunk_bytes / 2 : (size_t)(64 * 1024);
   if (b > x->g->chunk_bytes / 2) b = x->g->chunk_bytes / 2;
   size_t e = b / x->esize;
   return e ? e : 1;
@@ -124,22 +125,63 @@ static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, 
   return UL_OK;
 }
 
-/* Copy bytes from peer r's memory (its own address remote) to local dst. */
-static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, size_t bytes) {
-  if (bytes == 0) return UL_OK;
-  /* Addresses of another process may equal ours by chance (forked ranks): compare only
-   * within one address space. */
-  if (x->cma && r != x->g->me) return cma_xfer(x, r, dst, (void *)remote, bytes, 0);
-  if (dst == remote) return UL_OK;
-  return COPY(x, dst, remote, bytes);
+/* Peer r's send (recv) buffer at `remote`, an address of r's, as an address of this
+ * process (ul__publish's zsend/zrecv: same address for threads, a mapping of r's
+ * ul_mem_alloc segment between processes), or NULL when only single-copy reaches it. */
+static const void *local_send(algo_ctx_t *x, int r, const void *remote) {
+  ul__generic_t *g = x->g;
+  if (r == g->me) return remote;
+  const char *v = g->zsend[r];
+  return v ? v + ((const char *)remote - (const char *)ul__mailbox(g, r)->send) : NULL;
 }
 
-/* Copy local src to peer r's memory at remote (its own address). */
+static void *local_recv(algo_ctx_t *x, int r, void *remote) {
+  ul__generic_t *g = x->g;
+  if (r == g->me) return remote;
+  char *v = g->zrecv[r];
+  return v ? v + ((char *)remote - (char *)ul__mailbox(g, r)->recv) : NULL;
+}
+
+/* Copy bytes from peer r's send buffer (its own address remote) to local dst. Addresses
+ * of another process may equal ours by chance (forked ranks): they are translated,
+ * never compared across address spaces. */
+static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, size_t bytes) {
+  if (bytes == 0) return UL_OK;
+  const void *src = local_send(x, r, remote);
+  if (!src) return cma_xfer(x, r, dst, (void *)remote, bytes, 0);
+  if (dst == src) return UL_OK;
+  return COPY(x, dst, src, bytes);
+}
+
+/* Copy local src to peer r's recv buffer at remote (its own address). */
 static ul_result_t push(algo_ctx_t *x, int r, void *remote, const void *src, size_t bytes,
                         int nt) {
   if (bytes == 0) return UL_OK;
-  if (x->cma && r != x->g->me) return cma_xfer(x, r, (void *)src, remote, bytes, 1);
-  return out_copy(x, remote, src, bytes, nt);
+  void *dst = local_recv(x, r, remote);
+  if (!dst) return cma_xfer(x, r, (void *)src, remote, bytes, 1);
+  return out_copy(x, dst, src, bytes, nt);
+}
+
+/* Bytes of the send and receive buffers a collective touches on this rank. */
+static void coll_buffer_bytes(const algo_ctx_t *x, size_t *sb, size_t *rb) {
+  size_t b = x->a->count * x->esize, nb = b * (size_t)x->g->n;
+  switch (x->a->coll) {
+  case UL_COLL_REDUCE_SCATTER: *sb = nb, *rb = b; break;
+  case UL_COLL_ALLGATHER:
+  case UL_COLL_GATHER: *sb = b, *rb = nb; break;
+  case UL_COLL_SCATTER: *sb = nb, *rb = b; break;
+  case UL_COLL_ALLTOALL: *sb = nb, *rb = nb; break;
+  default: *sb = b, *rb = b; break;
+  }
+}
+
+/* Every direct algorithm starts here: publish buffers, learn how peers' are reached. */
+static ul_result_t publish(algo_ctx_t *x) {
+  size_t sb, rb;
+  coll_buffer_bytes(x, &sb, &rb);
+  UL_CHECK(ul__publish(x->g, x->a->sendbuf, sb, x->a->recvbuf, rb, x->bs));
+  x->zc = x->cma && x->g->zpeers == x->g->n - 1;
+  return UL_OK;
 }
 
 static ul_result_t copy_if_needed(algo_ctx_t *x, void *dst, const void *src, size_t cnt) {
@@ -166,23 +208,22 @@ static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, size_t e0, size_t cnt,
   if (n == 1) return copy_if_needed(x, acc, at(x->a->sendbuf, e0, x->esize), cnt);
   for (int i = 0; i < 2; i++) {
     int r = order[i];
-    if (r == me) src[i] = at(x->a->sendbuf, e0, x->esize);
-    else if (!x->cma) src[i] = at(ul__mailbox(g, r)->send, e0, x->esize);
-    else {
+    const void *remote = at(r == me ? x->a->sendbuf : ul__mailbox(g, r)->send, e0, x->esize);
+    src[i] = local_send(x, r, remote);
+    if (!src[i]) {
       /* t0 is either the accumulator (reduced onto itself) or unused */
       void *tmp = i == 0 ? t0 : t1;
-      UL_CHECK(pull(x, r, tmp, at(ul__mailbox(g, r)->send, e0, x->esize), nb));
+      UL_CHECK(pull(x, r, tmp, remote, nb));
       src[i] = tmp;
     }
   }
   UL_CHECK(REDUCE(x, acc, src[0], src[1], cnt));
   for (int r = 0; r < n; r++) {
     if (r == order[0] || r == order[1]) continue;
-    const void *p;
-    if (r == me) p = at(x->a->sendbuf, e0, x->esize);
-    else if (!x->cma) p = at(ul__mailbox(g, r)->send, e0, x->esize);
-    else {
-      UL_CHECK(pull(x, r, t1, at(ul__mailbox(g, r)->send, e0, x->esize), nb));
+    const void *remote = at(r == me ? x->a->sendbuf : ul__mailbox(g, r)->send, e0, x->esize);
+    const void *p = local_send(x, r, remote);
+    if (!p) {
+      UL_CHECK(pull(x, r, t1, remote, nb));
       p = t1;
     }
     UL_CHECK(REDUCE(x, acc, acc, p, cnt));
@@ -199,7 +240,7 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   size_t off, len, total = kind == DR_REDUCE_SCATTER ? a->count * (size_t)n : a->count;
   if (kind == DR_REDUCE_SCATTER) {
     off = (size_t)me * a->count;
@@ -221,7 +262,7 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
     else if (a->root == me) own = at(a->recvbuf, e0, x->esize);
     /* Accumulate in the cache-resident work area when the output is written with
      * streaming stores or sent elsewhere; else straight into our own output. */
-    void *acc = (own && !nt && !(x->cma && kind == DR_ALLREDUCE)) ? own : t0;
+    void *acc = (own && !nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)) ? own : t0;
     UL_CHECK(reduce_piece(x, acc, e0, cnt, first));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
     if (own) UL_CHECK(out_copy(x, own, acc, nb, nt));
@@ -242,7 +283,7 @@ static ul_result_t direct_reduce(algo_ctx_t *x) { return direct_reduce_family(x,
 static ul_result_t direct_allgather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   size_t bytes = a->count * x->esize;
   /* Pull every peer's block: reads are spread over all ranks. */
   for (int i = 0; i < g->n && bytes; i++) {
@@ -257,7 +298,7 @@ static ul_result_t direct_allgather(algo_ctx_t *x) {
 static ul_result_t direct_broadcast(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   const void *src = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   UL_CHECK(pull(x, a->root, a->recvbuf, src, a->count * x->esize));
   return ul__generic_barrier(x->c, x->bs, NULL);
@@ -266,7 +307,7 @@ static ul_result_t direct_broadcast(algo_ctx_t *x) {
 static ul_result_t direct_alltoall(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   size_t bytes = a->count * x->esize;
   for (int i = 0; i < g->n && bytes; i++) {
     int r = (g->me + i) % g->n;
@@ -280,7 +321,7 @@ static ul_result_t direct_alltoall(algo_ctx_t *x) {
 static ul_result_t direct_gather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   void *rr = g->me == a->root ? a->recvbuf : ul__mailbox(g, a->root)->recv;
   void *dst = at(rr, (size_t)g->me * a->count, x->esize);
   UL_CHECK(push(x, a->root, dst, a->sendbuf, a->count * x->esize, 0));
@@ -290,7 +331,7 @@ static ul_result_t direct_gather(algo_ctx_t *x) {
 static ul_result_t direct_scatter(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(ul__publish(g, a->sendbuf, a->recvbuf, x->bs));
+  UL_CHECK(publish(x));
   const void *sb = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   UL_CHECK(pull(x, a->root, a->recvbuf, at(sb, (size_t)g->me * a->count, x->esize),
                 a->count * x->esize));
@@ -763,7 +804,7 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                               ul_coll_name(a->coll), comm->backend->ops.name);
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
                   a->op == UL_AVG ? UL_SUM : a->op,
-                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0};
+                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
@@ -838,5 +879,15 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
     return UL_OK;
   }
   snprintf(info->algorithm, sizeof info->algorithm, "%s", al->name);
-  return al->run(&x);
+  ul_result_t rc = al->run(&x);
+  if (x.cma && g->zpeers > 0) {
+    snprintf(info->path, sizeof info->path, "%s", x.zc ? "zero-copy" : "zero-copy+cma");
+    if (!forced)
+      snprintf(info->reason, sizeof info->reason,
+               "process ranks: %s buffers from ul_mem_alloc mapped and read/written in "
+               "place%s",
+               x.zc ? "all peers'" : "some peers'",
+               x.zc ? "" : ", the others single-copy (process_vm_readv/writev)");
+  }
+  return rc;
 }

@@ -85,7 +85,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   chunk &= ~(size_t)63;
   g->chunk_bytes = chunk;
   g->slot_bytes = UL__NBUF * chunk;
-  g->slots_off = 64;
+  _Static_assert(sizeof(ul__mailbox_t) <= UL__MAILBOX_BYTES, "mailbox outgrew its room");
+  g->slots_off = UL__MAILBOX_BYTES;
   g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
   /* One-shot staging: two buffers (even/odd epochs) that peers read in place, so a
    * small allreduce needs a single synchronisation (see algorithms.c). */
@@ -100,7 +101,9 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
-  if (!g->sent || !g->recvd || !g->peer_bases) {
+  g->zsend = calloc((size_t)n, sizeof *g->zsend);
+  g->zrecv = calloc((size_t)n, sizeof *g->zrecv);
+  if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
   }
@@ -126,6 +129,12 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   for (int p = 0; p < n; p++)
     if (g->peer_bases[p] == NULL) g->shared_scratch = 0;
   g->load_store = comm->props.load_store_peers && g->shared_scratch;
+  g->zcopy = !g->load_store && g->shared_scratch &&
+             !ul__op_is_stub((const void *)o->mem_export) &&
+             !ul__op_is_stub((const void *)o->mem_import) &&
+             ul__param_int("ZERO_COPY", 1,
+                           "process ranks read and write each other's ul_mem_alloc buffers "
+                           "in place (0: single-copy or staged only)") != 0;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
     rc = generic_probe_cma(g);
@@ -137,8 +146,11 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
       return rc;
     }
   }
-  UL_INFO("INIT", "generic layer: chunk %zu B, scratch %zu B/rank, direct %s, single-copy %s",
-          g->chunk_bytes, g->scratch_size, g->load_store ? "yes" : "no", g->cma ? "yes" : "no");
+  UL_INFO("INIT",
+          "generic layer: chunk %zu B, scratch %zu B/rank, direct %s, single-copy %s, zero-copy "
+          "%s",
+          g->chunk_bytes, g->scratch_size, g->load_store ? "yes" : "no", g->cma ? "yes" : "no",
+          g->zcopy ? "for ul_mem_alloc buffers" : "no");
   return UL_OK;
 }
 
@@ -147,6 +159,8 @@ void ul__generic_fini_state(ul__generic_t *g) {
   free(g->sent);
   free(g->recvd);
   free(g->peer_bases);
+  free(g->zsend);
+  free(g->zrecv);
   free(g);
 }
 
@@ -277,13 +291,64 @@ ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs) {
   return UL_OK;
 }
 
-/* Publish this rank's buffers for direct algorithms and wait until all have. */
-ul_result_t ul__publish(ul__generic_t *g, const void *send, void *recv, ul_backend_stream_t *bs) {
+/* This rank's buffer as a zero-copy export (handle 0: peers use single-copy). */
+static void generic_export(ul__generic_t *g, const void *buf, size_t bytes, uint64_t *handle,
+                           uint64_t *offset) {
+  ul_comm_t c = g->comm;
+  size_t off = 0;
+  *handle = 0;
+  *offset = 0;
+  if (buf && bytes && c->backend->ops.mem_export(c->bcomm, buf, bytes, handle, &off) == UL_OK)
+    *offset = off;
+  else
+    *handle = 0;
+}
+
+/* Peer p's exported buffer mapped here, or NULL. */
+static void *generic_import(ul__generic_t *g, int p, uint64_t handle, uint64_t offset) {
+  ul_comm_t c = g->comm;
+  void *base = NULL;
+  size_t size = 0;
+  if (!handle || c->backend->ops.mem_import(c->bcomm, p, handle, &base, &size) != UL_OK ||
+      offset >= size)
+    return NULL;
+  return (char *)base + offset;
+}
+
+/* Publish this rank's buffers for direct algorithms and wait until all have. Afterwards
+ * g->zsend/zrecv say where each peer's buffers are load/store reachable from here: the
+ * peer's own addresses (threads), our mapping of its ul_mem_alloc segment (zero-copy
+ * between processes), or NULL (single-copy through the kernel). */
+ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes, void *recv,
+                        size_t recv_bytes, ul_backend_stream_t *bs) {
   ul__mailbox_t *mb = (ul__mailbox_t *)g->scratch;
   mb->send = send;
   mb->recv = recv;
   mb->seq = g->seq;
-  return ul__generic_barrier(g->comm, bs, NULL);
+  if (g->zcopy) {
+    generic_export(g, send, send_bytes, &mb->send_handle, &mb->send_offset);
+    generic_export(g, recv, recv_bytes, &mb->recv_handle, &mb->recv_offset);
+  }
+  UL_CHECK(ul__generic_barrier(g->comm, bs, NULL));
+  g->zpeers = 0;
+  for (int p = 0; p < g->n; p++) {
+    const ul__mailbox_t *pm = ul__mailbox(g, p);
+    if (p == g->me) {
+      g->zsend[p] = send;
+      g->zrecv[p] = recv;
+    } else if (g->load_store) {
+      g->zsend[p] = pm->send;
+      g->zrecv[p] = pm->recv;
+    } else if (g->zcopy) {
+      g->zsend[p] = generic_import(g, p, pm->send_handle, pm->send_offset);
+      g->zrecv[p] = generic_import(g, p, pm->recv_handle, pm->recv_offset);
+      g->zpeers += g->zsend[p] != NULL || g->zrecv[p] != NULL;
+    } else {
+      g->zsend[p] = NULL;
+      g->zrecv[p] = NULL;
+    }
+  }
+  return UL_OK;
 }
 
 const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p) {

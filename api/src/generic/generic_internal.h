@@ -18,7 +18,11 @@ typedef struct ul__mailbox {
   uint64_t seq;
   int32_t pid;    /* process of the rank: single-copy reads (process_vm_readv) */
   int32_t cma_ok; /* init probe: this rank could read every peer's mailbox */
+  /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
+  uint64_t send_handle, recv_handle;
+  uint64_t send_offset, recv_offset;
 } ul__mailbox_t;
+#define UL__MAILBOX_BYTES 128 /* room reserved at the start of the scratch */
 
 typedef struct ul__generic {
   ul_comm_t comm;
@@ -35,6 +39,10 @@ typedef struct ul__generic {
   uint64_t seq;   /* sequence number of the running operation */
   int shared_scratch; /* every peer's scratch is host load/store reachable */
   int cma;            /* user buffers private, but process_vm_readv/writev work */
+  int zcopy;          /* backend maps peers' mem_alloc memory (mem_export/import) */
+  const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
+  void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
+  int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
   size_t oneshot_off, oneshot_bytes; /* two one-shot staging buffers per rank */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
   const char *opname;
@@ -51,8 +59,9 @@ UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
 UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
 /* After reading the peers' staging buffers of the current epoch: tell them. */
 UL__HIDDEN ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs);
-UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, void *recv,
-                                   ul_backend_stream_t *bs);
+/* send_bytes/recv_bytes: how much of each buffer peers may touch (zero-copy export). */
+UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes,
+                                   void *recv, size_t recv_bytes, ul_backend_stream_t *bs);
 UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
 
 #endif
