@@ -454,21 +454,47 @@ static ul_result_t oneshot_allreduce(algo_ctx_t *x) {
  * there is no closing barrier: a rank rewrites a buffer two epochs later, and by then it
  * has seen every peer announce the epoch in between, which each peer does only after
  * it finished reading the older one. */
-static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
+/* Staging buffers alternate by epoch parity: before writing this rank's buffer for epoch
+ * k, every peer must have finished reading it at epoch k-2 (its DONE count). Usually
+ * already true (one load per peer); it bounds how far a rank may run ahead of readers. */
+static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k) {
   ul__generic_t *g = x->g;
-  const ul__coll_args_t *a = x->a;
+  if (k <= 2) return UL_OK;
+  for (int i = 1; i < g->n; i++) {
+    int p = (g->me + i) % g->n;
+    UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), k - 2, p, x->bs));
+  }
+  return UL_OK;
+}
+
+/* Announce epoch k (every peer counts every epoch) and wait until the ranks this rank
+ * reads from have staged theirs: all of them (from = -1), or one rank. */
+static ul_result_t staged_ready(algo_ctx_t *x, uint64_t k, int from) {
+  ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
-  size_t bytes = a->count * x->esize;
-  if (n == 1) return single_rank_allreduce(x);
-  uint64_t k = ++g->oneshot_epoch;
-  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
-  if (bytes) UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
   for (int i = 1; i < n; i++)
     UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_READY(g, me), x->bs));
+  if (from >= 0) return from == me ? UL_OK : ul__gwait(g, UL__SIG_READY(g, from), k, from, x->bs);
   for (int i = 1; i < n; i++) {
     int p = (me + n - i) % n;
     UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
   }
+  return UL_OK;
+}
+
+static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n;
+  size_t bytes = a->count * x->esize;
+  if (n == 1) return single_rank_allreduce(x);
+  uint64_t k = ++g->oneshot_epoch;
+  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
+  if (bytes) {
+    UL_CHECK(staging_reusable(x, k));
+    UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
+  }
+  UL_CHECK(staged_ready(x, k, -1));
   if (!bytes) return ul__staged_done(g, x->bs);
   /* Our own input is read from the staged copy too: recvbuf may alias sendbuf. */
   UL_CHECK(REDUCE(x, a->recvbuf, (char *)g->peer_bases[0] + boff, (char *)g->peer_bases[1] + boff,
@@ -498,14 +524,14 @@ static ul_result_t staged_small(algo_ctx_t *x) {
   size_t sb = staged_bytes(x), cb = a->count * x->esize;
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
-  int stage = a->coll != UL_COLL_BROADCAST || me == a->root;
-  if (sb && stage) UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
-  for (int i = 1; i < n; i++)
-    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_READY(g, me), x->bs));
-  for (int i = 1; i < n; i++) {
-    int p = (me + n - i) % n;
-    UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
+  int bcast = a->coll == UL_COLL_BROADCAST;
+  if (sb && (!bcast || me == a->root)) {
+    UL_CHECK(staging_reusable(x, k));
+    UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
   }
+  /* A broadcast reads only the root's staging: the root waits for nobody, the others
+   * for the root alone (so a root runs at most one operation ahead: staging_reusable). */
+  UL_CHECK(staged_ready(x, k, bcast ? (me == a->root ? me : a->root) : -1));
 #define STAGED(r) ((char *)g->peer_bases[r] + boff)
   switch (cb ? a->coll : UL_COLL_COUNT) {
   case UL_COLL_COUNT: /* nothing to read */
