@@ -105,7 +105,16 @@ static const char *algo_override(ul_coll_t coll) {
 /* Test-only fault switch: UNILINK_FAULT=<collective>:offbyone adds 1 to element 0 of
  * rank 0's result, so the conformance suite can prove it catches wrong results. */
 static void maybe_inject_fault(ul_comm_t c, const ul__coll_args_t *a) {
-  if (c->rank != 0 || a->count == 0 || a->recvbuf == NULL || !getenv("UNILINK_FAULT")) return;
+  /* Read once: the fault is chosen when the test process starts, and a getenv per call
+   * would cost every collective ~100 ns. */
+  static int fault_set = -1;
+  int set = __atomic_load_n(&fault_set, __ATOMIC_RELAXED);
+  if (set < 0) {
+    const char *e = getenv("UNILINK_FAULT");
+    set = e && e[0];
+    __atomic_store_n(&fault_set, set, __ATOMIC_RELAXED);
+  }
+  if (!set || c->rank != 0 || a->count == 0 || a->recvbuf == NULL) return;
   if (!(c->backend->caps.flags & UL_BACKEND_HOST_MEMORY)) return;
   const char *f = ul__param_str("FAULT", "", "test builds only: <collective>:offbyone");
   char want[48];
@@ -262,7 +271,7 @@ static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backen
   }
   if (native) {
     int handled = 0;
-    snprintf(info->algorithm, sizeof info->algorithm, "native");
+    ul__copy_str(info->algorithm, sizeof info->algorithm, "native");
     snprintf(info->reason, sizeof info->reason, "backend %s implements %s natively",
              c->backend->ops.name, ul_coll_name(a->coll));
     ul_result_t rc = native_coll(c, a, bs, &handled);
@@ -275,7 +284,7 @@ static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backen
     char r2[192];
     snprintf(r2, sizeof r2, "native %s declined (%.120s); generic fallback", ul_coll_name(a->coll),
              cause);
-    snprintf(info->reason, sizeof info->reason, "%s", r2);
+    ul__copy_str(info->reason, sizeof info->reason, r2);
     return rc;
   }
   return ul__generic_collective(c, a, forced, bs, info);
@@ -291,8 +300,8 @@ static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_in
   info->struct_size = sizeof *info;
   info->sequence = seq;
   info->coll = coll;
-  snprintf(info->backend, sizeof info->backend, "%s", c->backend->ops.name);
-  snprintf(info->path, sizeof info->path, "%s", c->props.path);
+  ul__copy_str(info->backend, sizeof info->backend, c->backend->ops.name);
+  ul__copy_str(info->path, sizeof info->path, c->props.path);
 }
 
 /* End of an operation's turn: record what ran (the backend may amend it), or make a

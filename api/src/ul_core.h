@@ -6,10 +6,21 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <unilink/backend.h>
 #include <unilink/unilink.h>
 
 #define UL__HIDDEN __attribute__((visibility("hidden")))
+
+/* Bounded string copy that always terminates: snprintf("%s") costs a formatter run, and
+ * the per-call bookkeeping of a collective copies a few names on every call. */
+static inline void ul__copy_str(char *dst, size_t size, const char *src) {
+  if (size == 0) return;
+  size_t n = strlen(src);
+  if (n > size - 1) n = size - 1;
+  memcpy(dst, src, n);
+  dst[n] = '\0';
+}
 
 /* ---------------------------------------------------------------- logging */
 /* log.c. Env: UNILINK_DEBUG=warn|info|trace, UNILINK_DEBUG_SUBSYS=INIT,COLL,...|^P2P,

@@ -448,21 +448,48 @@ static ul_result_t oneshot_allreduce(algo_ctx_t *x) {
 
 /* Small messages with one synchronisation, when every rank's scratch is load/store
  * reachable (threads, or processes over shared memory): each rank stages its input in
- * its own scratch (even/odd buffer by epoch), announces the epoch to every peer, waits
+ * its own scratch (a slot chosen by epoch), announces the epoch to every peer, waits
  * for theirs and reduces all n inputs straight from the peers' scratch, in rank order
  * (identical results everywhere). Staging makes the input private to the operation, so
- * there is no closing barrier: a rank rewrites a buffer two epochs later, and by then it
- * has seen every peer announce the epoch in between, which each peer does only after
- * it finished reading the older one. */
-/* Staging buffers alternate by epoch parity: before writing this rank's buffer for epoch
- * k, every peer must have finished reading it at epoch k-2 (its DONE count). Usually
- * already true (one load per peer); it bounds how far a rank may run ahead of readers. */
-static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k) {
+ * there is no closing barrier: a rank rewrites a slot only once every peer has
+ * acknowledged (DONE) the epoch that last used it. */
+/* Where epoch k stages sb bytes, in every rank's scratch (a pure function of k and sb,
+ * which all ranks share). Tiny operations rotate over UL__STAGE_SLOTS slots, so a rank
+ * (a broadcast root, say) may run up to 16 operations ahead of its readers, which then
+ * catch up without a context switch per operation when ranks outnumber cores; larger
+ * ones alternate between the two halves by epoch parity. */
+static void staging_slots(const ul__generic_t *g, uint64_t k, size_t sb, int *first, int *count) {
+  if (sb <= g->oneshot_bytes * 2 / UL__STAGE_SLOTS) {
+    *first = (int)(k % UL__STAGE_SLOTS);
+    *count = 1;
+  } else {
+    *first = (int)(k & 1) * (UL__STAGE_SLOTS / 2);
+    *count = UL__STAGE_SLOTS / 2;
+  }
+}
+
+static size_t staging_offset(const ul__generic_t *g, uint64_t k, size_t sb) {
+  int first, count;
+  staging_slots(g, k, sb, &first, &count);
+  return g->oneshot_off + (size_t)first * (g->oneshot_bytes * 2 / UL__STAGE_SLOTS);
+}
+
+/* Before this rank writes its staging for epoch k: every peer must have finished
+ * reading whatever was staged last in those slots (its DONE count reached that epoch).
+ * Usually already true (one load per peer); it bounds how far a rank runs ahead. */
+static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k, size_t sb) {
   ul__generic_t *g = x->g;
-  if (k <= 2) return UL_OK;
+  int first, count;
+  staging_slots(g, k, sb, &first, &count);
+  uint64_t need = 0;
+  for (int s = first; s < first + count; s++) {
+    if (g->stage_last[s] > need) need = g->stage_last[s];
+    g->stage_last[s] = k;
+  }
+  if (need == 0) return UL_OK;
   for (int i = 1; i < g->n; i++) {
     int p = (g->me + i) % g->n;
-    UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), k - 2, p, x->bs));
+    UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), need, p, x->bs));
   }
   return UL_OK;
 }
@@ -489,9 +516,9 @@ static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
   size_t bytes = a->count * x->esize;
   if (n == 1) return single_rank_allreduce(x);
   uint64_t k = ++g->oneshot_epoch;
-  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
+  size_t boff = staging_offset(g, k, bytes);
   if (bytes) {
-    UL_CHECK(staging_reusable(x, k));
+    UL_CHECK(staging_reusable(x, k, bytes));
     UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
   }
   UL_CHECK(staged_ready(x, k, -1));
@@ -523,14 +550,14 @@ static ul_result_t staged_small(algo_ctx_t *x) {
   int n = g->n, me = g->me;
   size_t sb = staged_bytes(x), cb = a->count * x->esize;
   uint64_t k = ++g->oneshot_epoch;
-  size_t boff = g->oneshot_off + (size_t)(k & 1) * g->oneshot_bytes;
+  size_t boff = staging_offset(g, k, sb);
   int bcast = a->coll == UL_COLL_BROADCAST;
   if (sb && (!bcast || me == a->root)) {
-    UL_CHECK(staging_reusable(x, k));
+    UL_CHECK(staging_reusable(x, k, sb));
     UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
   }
   /* A broadcast reads only the root's staging: the root waits for nobody, the others
-   * for the root alone (so a root runs at most one operation ahead: staging_reusable). */
+   * for the root alone (a root runs ahead as far as staging_reusable lets it). */
   UL_CHECK(staged_ready(x, k, bcast ? (me == a->root ? me : a->root) : -1));
 #define STAGED(r) ((char *)g->peer_bases[r] + boff)
   switch (cb ? a->coll : UL_COLL_COUNT) {
@@ -820,6 +847,41 @@ static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
 }
 
+/* Every rank passes the same zero count: nothing to move and nothing to wait for (as
+ * NCCL and MPI do). */
+static ul_result_t zero_count_call(ul_call_info_t *info) {
+  ul__copy_str(info->algorithm, sizeof info->algorithm, "none");
+  ul__copy_str(info->reason, sizeof info->reason, "zero elements: no data, no synchronisation");
+  return UL_OK;
+}
+
+/* Why the selection loop picked @p al for @p bytes, kept in g->reason until either
+ * changes. */
+static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes) {
+  ul__generic_t *g = x->g;
+  char *r = g->reason;
+  size_t rl = sizeof g->reason;
+  if (al->run == staged_oneshot_allreduce || al->run == staged_small)
+    snprintf(r, rl,
+             "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES): staged in shared scratch, one "
+             "synchronisation",
+             al->run == staged_small ? staged_bytes(x) : bytes, g->oneshot_bytes);
+  else if (al->needs == NEED_DIRECT && g->load_store)
+    snprintf(r, rl, "ranks share an address space: direct reads/writes of peers' buffers%s",
+             x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
+  else if (al->needs == NEED_DIRECT)
+    snprintf(r, rl,
+             "process ranks: single-copy reads/writes of peers' buffers with "
+             "process_vm_readv/writev");
+  else if (x->a->coll == UL_COLL_ALLREDUCE)
+    snprintf(r, rl, "%zu bytes %s %zu through scratch channels", bytes,
+             is_oneshot(al) ? "<=" : ">", oneshot_limit(g, &algorithms[2]));
+  else
+    snprintf(r, rl, "peers not load/store reachable (path %s)", x->c->props.path);
+  g->reason_algo = al;
+  g->reason_bytes = bytes;
+}
+
 ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
                                    ul_backend_stream_t *bs, ul_call_info_t *info) {
   ul__generic_t *g = comm->generic;
@@ -858,8 +920,10 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                                 "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
                                 "handles at most %zu",
                                 al->name, bytes, oneshot_limit(g, al));
-    snprintf(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
+    ul__copy_str(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
+    /* No selection for zero elements: this check is all such a call costs. */
+    if (a->coll != UL_COLL_BARRIER && a->count == 0) return zero_count_call(info);
     for (size_t i = 0; i < NALGOS && !al; i++) {
       const algo_entry_t *e = &algorithms[i];
       if (e->coll != a->coll) continue;
@@ -870,50 +934,28 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
     }
     if (!al) return ul__comm_set_error(comm, UL_ERR_INTERNAL, "no generic algorithm for %s",
                                        ul_coll_name(a->coll));
-    if (al->run == staged_oneshot_allreduce || al->run == staged_small)
-      snprintf(info->reason, sizeof info->reason,
-               "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES): staged in shared scratch, one "
-               "synchronisation",
-               al->run == staged_small ? staged_bytes(&x) : bytes, g->oneshot_bytes);
-    else if (al->needs == NEED_DIRECT && g->load_store)
-      snprintf(info->reason, sizeof info->reason,
-               "ranks share an address space: direct reads/writes of peers' buffers%s",
-               x.host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
-    else if (al->needs == NEED_DIRECT)
-      snprintf(info->reason, sizeof info->reason,
-               "process ranks: single-copy reads/writes of peers' buffers with "
-               "process_vm_readv/writev");
-    else if (a->coll == UL_COLL_ALLREDUCE)
-      snprintf(info->reason, sizeof info->reason, "%zu bytes %s %zu through scratch channels",
-               bytes, is_oneshot(al) ? "<=" : ">", oneshot_limit(g, &algorithms[2]));
-    else
-      snprintf(info->reason, sizeof info->reason, "peers not load/store reachable (path %s)",
-               comm->props.path);
+    if (g->reason_algo != al || g->reason_bytes != bytes) selection_reason(&x, al, bytes);
+    ul__copy_str(info->reason, sizeof info->reason, g->reason);
   }
   /* Which data path this call took. */
   if (al->needs == NEED_DIRECT && !g->load_store) {
     x.cma = 1;
-    snprintf(info->path, sizeof info->path, "cma");
+    ul__copy_str(info->path, sizeof info->path, "cma");
   } else if (!g->load_store && g->shared_scratch && a->coll != UL_COLL_BARRIER) {
-    snprintf(info->path, sizeof info->path, "shm-copy");
+    ul__copy_str(info->path, sizeof info->path, "shm-copy");
   }
-  if (a->coll != UL_COLL_BARRIER && a->count == 0) {
-    /* Every rank passes the same zero count: nothing to move and nothing to wait for
-     * (as NCCL and MPI do), instead of two barriers. */
-    snprintf(info->algorithm, sizeof info->algorithm, "none");
-    snprintf(info->reason, sizeof info->reason, "zero elements: no data, no synchronisation");
-    return UL_OK;
-  }
-  snprintf(info->algorithm, sizeof info->algorithm, "%s", al->name);
+  if (a->coll != UL_COLL_BARRIER && a->count == 0) return zero_count_call(info);
+  ul__copy_str(info->algorithm, sizeof info->algorithm, al->name);
   ul_result_t rc = al->run(&x);
   if (x.cma && g->zpeers > 0) {
-    snprintf(info->path, sizeof info->path, "%s", x.zc ? "zero-copy" : "zero-copy+cma");
+    ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
     if (!forced)
-      snprintf(info->reason, sizeof info->reason,
-               "process ranks: %s buffers from ul_mem_alloc mapped and read/written in "
-               "place%s",
-               x.zc ? "all peers'" : "some peers'",
-               x.zc ? "" : ", the others single-copy (process_vm_readv/writev)");
+      ul__copy_str(info->reason, sizeof info->reason,
+                   x.zc ? "process ranks: all peers' buffers from ul_mem_alloc mapped and "
+                          "read/written in place"
+                        : "process ranks: some peers' buffers from ul_mem_alloc mapped and "
+                          "read/written in place, the others single-copy "
+                          "(process_vm_readv/writev)");
   }
   return rc;
 }
