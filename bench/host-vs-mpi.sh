@@ -11,6 +11,7 @@
 #   2. thread mode: unilink-bench allreduce -t 2 --backends host (no mpirun), compared
 #      with the np=2 mpi numbers of run 1 taken just before
 #   3. allgather, reduce_scatter, broadcast, alltoall, np 2 and 4, host,mpi side by side
+#      (16 B to 64 KiB with 500 iterations, 512 KiB up with ITERS)
 # Environment: ITERS (default 20), MAXBYTES (allreduce, default 256M), COLL_MAXBYTES
 # (others, default 64M), REPEAT (default 1: repeat everything and report medians),
 # OUT (folder for the raw logs, default a temporary one), PLOT=1 (write PNG plots there).
@@ -49,7 +50,9 @@ for rep in $(seq 1 "$REPEAT"); do
   run "thread-allreduce-r$rep" "$BENCH" allreduce -t 2 -b 16 -e "$MAXBYTES" -f 4 -n "$ITERS" -w 3 --backends host $(plotarg thread-allreduce)
   for coll in allgather reduce_scatter broadcast alltoall; do
     for np in 2 4; do
-      run "$coll-np$np-r$rep" "${MPIRUN[@]}" -np $np "$BENCH" $coll -b 16 -e "$COLL_MAXBYTES" -f 8 -n "$ITERS" -w 3 --backends host,mpi
+      # Small sizes get more iterations (a few microseconds each; 20 would be noise).
+      run "$coll-np$np-r$rep.small" "${MPIRUN[@]}" -np $np "$BENCH" $coll -b 16 -e 64K -f 8 -n 500 -w 50 --backends host,mpi
+      run "$coll-np$np-r$rep" "${MPIRUN[@]}" -np $np "$BENCH" $coll -b 512K -e "$COLL_MAXBYTES" -f 8 -n "$ITERS" -w 3 --backends host,mpi
     done
   done
 done
@@ -96,7 +99,7 @@ def table(title, runs, mpi_runs=None, thread=False):
     if not runs:
         print(f"\n## {title}: no data (see the logs in {out})"); return
     sizes = sorted(set().union(*[r.keys() for r in runs]))
-    print(f"\n## {title}  (median of {len(runs)} run(s); speedup = time[mpi]/time[host])")
+    print(f"\n## {title}  (median of {rep} run(s); speedup = time[mpi]/time[host])")
     print(f"{'size':>8} {'host us':>10} {'mpi us':>10} {'host GB/s':>10} {'mpi GB/s':>9} {'speedup':>8} {'%roof':>6}")
     for s in sizes:
         if thread:

@@ -99,7 +99,10 @@ static int cf_parse_args(int argc, char **argv, cf_opts_t *o) {
       CF_VAL();
       char *end;
       long v = strtol(val, &end, 10);
-      if (*end || v < 100) { fprintf(stderr, "unilink-conformance: bad --timeout-ms\n"); return -1; }
+      if (*end || !*val || v < 100 || v > 24L * 3600 * 1000) {
+        fprintf(stderr, "unilink-conformance: bad --timeout-ms '%s' (100 to 86400000)\n", val);
+        return -1;
+      }
       o->timeout_ms = (int)v;
     } else if (!strcmp(key, "--mem")) {
       CF_VAL();

@@ -13,6 +13,8 @@ expect_rc(2 --no-such-option)
 expect_rc(2 --backend host --ranks 0)
 expect_rc(2 --backend host --launcher teleport)
 expect_rc(2 --backend host --seed)
+expect_rc(2 --backend host --timeout-ms 4294967396) # would wrap to 100 as an int
+expect_rc(2 --backend host --timeout-ms 50)
 expect_rc(3 --backend no-such-backend)
 if(NOT last_err MATCHES "no-such-backend")
   message(FATAL_ERROR "exit 3 must name the backend:\n${last_err}")

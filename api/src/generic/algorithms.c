@@ -474,37 +474,64 @@ static size_t staging_offset(const ul__generic_t *g, uint64_t k, size_t sb) {
   return g->oneshot_off + (size_t)first * (g->oneshot_bytes * 2 / UL__STAGE_SLOTS);
 }
 
-/* Before this rank writes its staging for epoch k: every peer must have finished
- * reading whatever was staged last in those slots (its DONE count reached that epoch).
- * Usually already true (one load per peer); it bounds how far a rank runs ahead. */
+/* Does rank r read rank q's staging in this small operation? A broadcast reads only the
+ * root's; the others read every peer's. Signals go only where a read needs them: READY
+ * from q to each reader, DONE from each reader back to q. Every rank knows the whole
+ * pattern, so it counts how many signals each peer owes it (ready_expect, done_expect)
+ * instead of numbering epochs: a broadcast costs the root n-1 signals and the others
+ * one, not 2(n-1) each. */
+static int staged_reads(const ul__coll_args_t *a, int r, int q) {
+  return r != q && (a->coll != UL_COLL_BROADCAST || q == a->root);
+}
+
+/* Before this rank writes its staging for epoch k: every reader must have finished
+ * reading whatever was staged last in those slots (its DONE count reached what it was
+ * owed then). Usually already true (one load per peer); it bounds how far a rank runs
+ * ahead of its readers. Then record what this operation's readers will owe. */
 static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k, size_t sb) {
   ul__generic_t *g = x->g;
-  int first, count;
+  int n = g->n, me = g->me, first, count;
   staging_slots(g, k, sb, &first, &count);
-  uint64_t need = 0;
-  for (int s = first; s < first + count; s++) {
-    if (g->stage_last[s] > need) need = g->stage_last[s];
-    g->stage_last[s] = k;
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    uint64_t need = 0;
+    for (int s = first; s < first + count; s++)
+      if (g->slot_need[s * n + p] > need) need = g->slot_need[s * n + p];
+    if (need) UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), need, p, x->bs));
   }
-  if (need == 0) return UL_OK;
-  for (int i = 1; i < g->n; i++) {
-    int p = (g->me + i) % g->n;
-    UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), need, p, x->bs));
+  for (int p = 0; p < n; p++) {
+    if (staged_reads(x->a, p, me)) g->done_expect[p]++;
+    for (int s = first; s < first + count; s++) g->slot_need[s * n + p] = g->done_expect[p];
   }
   return UL_OK;
 }
 
-/* Announce epoch k (every peer counts every epoch) and wait until the ranks this rank
- * reads from have staged theirs: all of them (from = -1), or one rank. */
-static ul_result_t staged_ready(algo_ctx_t *x, uint64_t k, int from) {
+/* Tell this rank's readers its staging is written, and wait until the ranks it reads
+ * from have written theirs. */
+static ul_result_t staged_ready(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
-  for (int i = 1; i < n; i++)
-    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_READY(g, me), x->bs));
-  if (from >= 0) return from == me ? UL_OK : ul__gwait(g, UL__SIG_READY(g, from), k, from, x->bs);
   for (int i = 1; i < n; i++) {
-    int p = (me + n - i) % n;
-    UL_CHECK(ul__gwait(g, UL__SIG_READY(g, p), k, p, x->bs));
+    int p = (me + i) % n;
+    if (staged_reads(x->a, p, me))
+      UL_CHECK(x->o->signal(BC(x), g->win, p, UL__SIG_READY(g, me), x->bs));
+  }
+  for (int i = 1; i < n; i++) {
+    int q = (me + n - i) % n;
+    if (staged_reads(x->a, me, q))
+      UL_CHECK(ul__gwait(g, UL__SIG_READY(g, q), ++g->ready_expect[q], q, x->bs));
+  }
+  return UL_OK;
+}
+
+/* Done reading: each rank read from may reuse its staging. */
+static ul_result_t staged_done(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  for (int i = 1; i < n; i++) {
+    int q = (me + i) % n;
+    if (staged_reads(x->a, me, q))
+      UL_CHECK(x->o->signal(BC(x), g->win, q, UL__SIG_DONE(g, me), x->bs));
   }
   return UL_OK;
 }
@@ -515,20 +542,18 @@ static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
   int n = g->n;
   size_t bytes = a->count * x->esize;
   if (n == 1) return single_rank_allreduce(x);
+  if (!bytes) return UL_OK; /* (forced algorithm) nothing staged, nothing to wait for */
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = staging_offset(g, k, bytes);
-  if (bytes) {
-    UL_CHECK(staging_reusable(x, k, bytes));
-    UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
-  }
-  UL_CHECK(staged_ready(x, k, -1));
-  if (!bytes) return ul__staged_done(g, x->bs);
+  UL_CHECK(staging_reusable(x, k, bytes));
+  UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
+  UL_CHECK(staged_ready(x));
   /* Our own input is read from the staged copy too: recvbuf may alias sendbuf. */
   UL_CHECK(REDUCE(x, a->recvbuf, (char *)g->peer_bases[0] + boff, (char *)g->peer_bases[1] + boff,
                   a->count));
   for (int r = 2; r < n; r++)
     UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, (char *)g->peer_bases[r] + boff, a->count));
-  UL_CHECK(ul__staged_done(g, x->bs));
+  UL_CHECK(staged_done(x));
   if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
   return UL_OK;
 }
@@ -549,20 +574,18 @@ static ul_result_t staged_small(algo_ctx_t *x) {
   const ul__coll_args_t *a = x->a;
   int n = g->n, me = g->me;
   size_t sb = staged_bytes(x), cb = a->count * x->esize;
+  if (!sb) return UL_OK; /* (forced algorithm) nothing staged, nothing to wait for */
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = staging_offset(g, k, sb);
-  int bcast = a->coll == UL_COLL_BROADCAST;
-  if (sb && (!bcast || me == a->root)) {
+  /* A broadcast reads only the root's staging: the root waits for nobody, the others
+   * for the root alone (a root runs ahead as far as staging_reusable lets it). */
+  if (a->coll != UL_COLL_BROADCAST || me == a->root) {
     UL_CHECK(staging_reusable(x, k, sb));
     UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
   }
-  /* A broadcast reads only the root's staging: the root waits for nobody, the others
-   * for the root alone (a root runs ahead as far as staging_reusable lets it). */
-  UL_CHECK(staged_ready(x, k, bcast ? (me == a->root ? me : a->root) : -1));
+  UL_CHECK(staged_ready(x));
 #define STAGED(r) ((char *)g->peer_bases[r] + boff)
-  switch (cb ? a->coll : UL_COLL_COUNT) {
-  case UL_COLL_COUNT: /* nothing to read */
-    break;
+  switch (a->coll) {
   case UL_COLL_BROADCAST:
     UL_CHECK(COPY(x, a->recvbuf, STAGED(a->root), cb));
     break;
@@ -586,7 +609,7 @@ static ul_result_t staged_small(algo_ctx_t *x) {
     return ul__comm_set_error(x->c, UL_ERR_INTERNAL, "staged: unexpected collective");
   }
 #undef STAGED
-  return ul__staged_done(g, x->bs);
+  return staged_done(x);
 }
 
 static ul_result_t ring_reduce_scatter(algo_ctx_t *x) {
@@ -841,10 +864,22 @@ static int needs_met(const ul__generic_t *g, int needs) {
   return 1;
 }
 
-/* Largest message each one-shot handles (staged_small: counted in staged bytes). */
-static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
+/* Largest message each one-shot handles (staged_small: counted in staged bytes). The
+ * one-shot allreduce has every rank reduce all n inputs: n^2 x bytes of reads in all,
+ * against n x bytes for direct. With a core per rank that runs in parallel; with ranks
+ * outnumbering cores it runs in turn, so the limit shrinks by (cores/ranks)^2 (4 ranks
+ * on 2 cores: 8 KiB; measured in docs/performance.md). */
+static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
   if (e->run == staged_oneshot_allreduce || e->run == staged_small) return g->oneshot_bytes;
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
+}
+
+static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
+  if (e->run == staged_oneshot_allreduce && g->n > g->ncpu) {
+    double f = (double)g->ncpu / g->n;
+    return (size_t)((double)g->oneshot_bytes * f * f) & ~(size_t)63;
+  }
+  return oneshot_capacity(g, e);
 }
 
 /* Every rank passes the same zero count: nothing to move and nothing to wait for (as
@@ -861,18 +896,24 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
   ul__generic_t *g = x->g;
   char *r = g->reason;
   size_t rl = sizeof g->reason;
+  char over[64] = ""; /* why not the one-shot allreduce */
+  if (x->a->coll == UL_COLL_ALLREDUCE && g->shared_scratch && g->oneshot_bytes)
+    snprintf(over, sizeof over, "%zu bytes > %zu one-shot limit; ", bytes,
+             oneshot_limit(g, &algorithms[0]));
   if (al->run == staged_oneshot_allreduce || al->run == staged_small)
     snprintf(r, rl,
-             "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES): staged in shared scratch, one "
+             "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES%s): staged in shared scratch, one "
              "synchronisation",
-             al->run == staged_small ? staged_bytes(x) : bytes, g->oneshot_bytes);
+             al->run == staged_small ? staged_bytes(x) : bytes, oneshot_limit(g, al),
+             oneshot_limit(g, al) < g->oneshot_bytes ? " x (cores/ranks)^2" : "");
   else if (al->needs == NEED_DIRECT && g->load_store)
-    snprintf(r, rl, "ranks share an address space: direct reads/writes of peers' buffers%s",
-             x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
+    snprintf(r, rl, "%sranks share an address space: direct reads/writes of peers' buffers%s",
+             over, x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
   else if (al->needs == NEED_DIRECT)
     snprintf(r, rl,
-             "process ranks: single-copy reads/writes of peers' buffers with "
-             "process_vm_readv/writev");
+             "%sprocess ranks: single-copy reads/writes of peers' buffers with "
+             "process_vm_readv/writev",
+             over);
   else if (x->a->coll == UL_COLL_ALLREDUCE)
     snprintf(r, rl, "%zu bytes %s %zu through scratch channels", bytes,
              is_oneshot(al) ? "<=" : ">", oneshot_limit(g, &algorithms[2]));
@@ -915,11 +956,11 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                                     : "reach each other's buffers (no shared address space, no "
                                       "process_vm_readv)",
                                 comm->props.path);
-    if (is_oneshot(al) && (al->run == staged_small ? staged_bytes(&x) : bytes) > oneshot_limit(g, al))
+    if (is_oneshot(al) && (al->run == staged_small ? staged_bytes(&x) : bytes) > oneshot_capacity(g, al))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
                                 "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
                                 "handles at most %zu",
-                                al->name, bytes, oneshot_limit(g, al));
+                                al->name, bytes, oneshot_capacity(g, al));
     ul__copy_str(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
     /* No selection for zero elements: this check is all such a call costs. */

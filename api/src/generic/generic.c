@@ -36,6 +36,7 @@ static ul_result_t generic_probe_cma(ul__generic_t *g) {
   mb->send = g->scratch; /* our own address of the scratch: what a peer reads back */
   mb->pid = (int32_t)getpid();
   mb->cma_ok = 0;
+  mb->ncpu = g->ncpu;
   int want = (int)ul__param_int("CMA", 1,
                                 "single-copy transfers between process ranks with "
                                 "process_vm_readv/writev (0: off, copy through shared memory)");
@@ -53,8 +54,12 @@ static ul_result_t generic_probe_cma(ul__generic_t *g) {
   mb->cma_ok = ok;
   UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
   int all = 1;
-  for (int p = 0; p < g->n; p++)
-    if (!((const ul__mailbox_t *)g->peer_bases[p])->cma_ok) all = 0;
+  for (int p = 0; p < g->n; p++) {
+    const ul__mailbox_t *pm = (const ul__mailbox_t *)g->peer_bases[p];
+    if (!pm->cma_ok) all = 0;
+    /* Selection depends on it: every rank must use the same value. */
+    if (pm->ncpu > 0 && pm->ncpu < g->ncpu) g->ncpu = pm->ncpu;
+  }
   mb->send = NULL; /* peers read it before the second barrier; publish rewrites it */
   g->cma = all;
   g->opname = NULL;
@@ -103,7 +108,11 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
   g->zsend = calloc((size_t)n, sizeof *g->zsend);
   g->zrecv = calloc((size_t)n, sizeof *g->zrecv);
-  if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv) {
+  g->ready_expect = calloc((size_t)n, sizeof *g->ready_expect);
+  g->done_expect = calloc((size_t)n, sizeof *g->done_expect);
+  g->slot_need = calloc((size_t)n * UL__STAGE_SLOTS, sizeof *g->slot_need);
+  if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->ready_expect ||
+      !g->done_expect || !g->slot_need) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
   }
@@ -135,6 +144,9 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
              ul__param_int("ZERO_COPY", 1,
                            "process ranks read and write each other's ul_mem_alloc buffers "
                            "in place (0: single-copy or staged only)") != 0;
+  /* Process-wide, so thread ranks agree; process ranks agree in the probe below. */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  g->ncpu = ncpu > 0 ? (int)ncpu : 1;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
     rc = generic_probe_cma(g);
@@ -161,6 +173,9 @@ void ul__generic_fini_state(ul__generic_t *g) {
   free(g->peer_bases);
   free(g->zsend);
   free(g->zrecv);
+  free(g->ready_expect);
+  free(g->done_expect);
+  free(g->slot_need);
   free(g);
 }
 
@@ -174,8 +189,9 @@ void ul__generic_fini(ul_comm_t comm) {
    * all entered it (we saw their epochs), so this is short unless a peer died. */
   if (g->win && g->oneshot_epoch && comm->sticky == UL_OK && !comm->abort_flag)
     for (int p = 0; p < g->n; p++) {
-      if (p == g->me) continue;
-      if (o->wait_signal(comm->bcomm, g->win, UL__SIG_DONE(g, p), g->oneshot_epoch, NULL) != UL_OK)
+      if (p == g->me || g->done_expect[p] == 0) continue;
+      if (o->wait_signal(comm->bcomm, g->win, UL__SIG_DONE(g, p), g->done_expect[p], NULL) !=
+          UL_OK)
         break; /* a lost or aborted peer reads nothing more */
     }
   if (g->scratch) o->mem_free(comm->bcomm, g->scratch);
@@ -281,13 +297,6 @@ ul_result_t ul__generic_barrier(ul_comm_t comm, ul_backend_stream_t *bs, const c
       return ul__gwait(g, UL__SIG_SYNC(g, p), epoch, p, bs);
     }
   }
-  return UL_OK;
-}
-
-ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs) {
-  ul_comm_t c = g->comm;
-  for (int i = 1; i < g->n; i++)
-    UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, (g->me + i) % g->n, UL__SIG_DONE(g, g->me), bs));
   return UL_OK;
 }
 

@@ -8,8 +8,8 @@
 #define UL__SIG_DATA(g, j) (j)
 #define UL__SIG_CREDIT(g, j) ((g)->n + (j))
 #define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
-#define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* one-shot epochs of rank j */
-#define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading staged epochs */
+#define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
+#define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
 #define UL__NSIG_GENERIC(n) (5 * (n) + 16)
 
 typedef struct ul__mailbox {
@@ -18,6 +18,7 @@ typedef struct ul__mailbox {
   uint64_t seq;
   int32_t pid;    /* process of the rank: single-copy reads (process_vm_readv) */
   int32_t cma_ok; /* init probe: this rank could read every peer's mailbox */
+  int32_t ncpu;   /* init probe: CPUs online as this rank sees them */
   /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
   uint64_t send_handle, recv_handle;
   uint64_t send_offset, recv_offset;
@@ -41,14 +42,17 @@ typedef struct ul__generic {
   int shared_scratch; /* every peer's scratch is host load/store reachable */
   int cma;            /* user buffers private, but process_vm_readv/writev work */
   int zcopy;          /* backend maps peers' mem_alloc memory (mem_export/import) */
+  int ncpu;           /* CPUs online, the same on every rank (min over process ranks) */
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
   int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
   size_t oneshot_off, oneshot_bytes; /* two one-shot staging buffers per rank */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
-   * run further ahead of slow readers; per slot, the last epoch this rank staged in it. */
-  uint64_t stage_last[UL__STAGE_SLOTS];
+   * run further ahead of slow readers. Signals owed (algorithms.c, staged_reads): */
+  uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
+  uint64_t *done_expect;  /* per peer: DONE signals (its reads of our staging) so far */
+  uint64_t *slot_need;    /* [slot * n + peer]: its DONE count before we rewrite the slot */
   const char *opname;
   /* The last selection's reason text, formatted once per (algorithm, bytes) instead of on
    * every call: a small collective costs a few hundred nanoseconds, snprintf a hundred. */
@@ -67,7 +71,6 @@ UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
                                          ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
 /* After reading the peers' staging buffers of the current epoch: tell them. */
-UL__HIDDEN ul_result_t ul__staged_done(ul__generic_t *g, ul_backend_stream_t *bs);
 /* send_bytes/recv_bytes: how much of each buffer peers may touch (zero-copy export). */
 UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes,
                                    void *recv, size_t recv_bytes, ul_backend_stream_t *bs);
