@@ -29,8 +29,16 @@ OUT=${OUT:-$(mktemp -d /tmp/host-vs-mpi.XXXXXX)}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export UNILINK_PLUGIN_PATH="${UNILINK_PLUGIN_PATH:-$BUILD/lib}"
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-mpirun --version 2>&1 | grep -qi "open mpi" || MPIRUN=(mpirun) # MPICH's hydra: no such flags
+# Placement as Open MPI does it by default: np <= cores binds each rank to a core; more
+# ranks than cores run unbound. (Unbound ranks of a short run may start on one core and
+# stay there for milliseconds until the kernel spreads them: whichever backend runs
+# first then pays a context switch per operation, which is noise, not a difference.)
+NCPU=$(nproc)
+mpirun_np() { # np -> the mpirun command line for it
+  if ! mpirun --version 2>&1 | grep -qi "open mpi"; then echo mpirun -np "$1"; # MPICH's hydra
+  elif [ "$1" -le "$NCPU" ]; then echo mpirun --bind-to core -np "$1";
+  else echo mpirun --oversubscribe --bind-to none -np "$1"; fi
+}
 
 plotarg() { [ "${PLOT:-0}" = 1 ] && echo "--plot $OUT/$1.png"; }
 
@@ -43,16 +51,16 @@ run() { # name, then the command
 for rep in $(seq 1 "$REPEAT"); do
   # 8-byte latency gets its own many-iteration run: -n 20 is too few for 1 us events.
   for np in 2 4; do
-    run "lat-np$np-r$rep" "${MPIRUN[@]}" -np $np "$BENCH" allreduce -b 8 -e 8 -n 2000 -w 200 --backends host,mpi
-    run "allreduce-np$np-r$rep" "${MPIRUN[@]}" -np $np "$BENCH" allreduce -b 16 -e "$MAXBYTES" -f 4 -n "$ITERS" -w 3 --backends host,mpi $(plotarg "allreduce-np$np")
+    run "lat-np$np-r$rep" $(mpirun_np $np) "$BENCH" allreduce -b 8 -e 8 -n 2000 -w 200 --backends host,mpi
+    run "allreduce-np$np-r$rep" $(mpirun_np $np) "$BENCH" allreduce -b 16 -e "$MAXBYTES" -f 4 -n "$ITERS" -w 3 --backends host,mpi $(plotarg "allreduce-np$np")
   done
   run "thread-lat-r$rep" "$BENCH" allreduce -t 2 -b 8 -e 8 -n 2000 -w 200 --backends host
   run "thread-allreduce-r$rep" "$BENCH" allreduce -t 2 -b 16 -e "$MAXBYTES" -f 4 -n "$ITERS" -w 3 --backends host $(plotarg thread-allreduce)
   for coll in allgather reduce_scatter broadcast alltoall; do
     for np in 2 4; do
       # Small sizes get more iterations (a few microseconds each; 20 would be noise).
-      run "$coll-np$np-r$rep.small" "${MPIRUN[@]}" -np $np "$BENCH" $coll -b 16 -e 64K -f 8 -n 500 -w 50 --backends host,mpi
-      run "$coll-np$np-r$rep" "${MPIRUN[@]}" -np $np "$BENCH" $coll -b 512K -e "$COLL_MAXBYTES" -f 8 -n "$ITERS" -w 3 --backends host,mpi
+      run "$coll-np$np-r$rep.small" $(mpirun_np $np) "$BENCH" $coll -b 16 -e 64K -f 8 -n 500 -w 50 --backends host,mpi
+      run "$coll-np$np-r$rep" $(mpirun_np $np) "$BENCH" $coll -b 512K -e "$COLL_MAXBYTES" -f 8 -n "$ITERS" -w 3 --backends host,mpi
     done
   done
 done

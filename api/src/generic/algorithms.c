@@ -23,6 +23,7 @@ typedef struct algo_ctx {
   int host;    /* buffers are host memory: the layer may load/store them itself */
   int cma;     /* direct algorithm between processes: mapped (zero-copy) or single-copy */
   int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
+  int nt_pull; /* after publish: pulled output is large, store it streaming */
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
@@ -150,7 +151,7 @@ static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, siz
   const void *src = local_send(x, r, remote);
   if (!src) return cma_xfer(x, r, dst, (void *)remote, bytes, 0);
   if (dst == src) return UL_OK;
-  return COPY(x, dst, src, bytes);
+  return out_copy(x, dst, src, bytes, x->nt_pull);
 }
 
 /* Copy local src to peer r's recv buffer at remote (its own address). */
@@ -181,6 +182,10 @@ static ul_result_t publish(algo_ctx_t *x) {
   coll_buffer_bytes(x, &sb, &rb);
   UL_CHECK(ul__publish(x->g, x->a->sendbuf, sb, x->a->recvbuf, rb, x->bs));
   x->zc = x->cma && x->g->zpeers == x->g->n - 1;
+  /* Pulled outputs (allgather, alltoall, broadcast, gather) as large as the allreduce's
+   * streaming threshold are stored streaming too: allgather np=2 32 MiB went from 5.5 to
+   * 3.0 ms (no read-for-ownership of 32 MiB of output), 4 MiB unchanged. */
+  x->nt_pull = rb >= UL__NT_MIN_BYTES;
   return UL_OK;
 }
 
@@ -933,7 +938,7 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                               ul_coll_name(a->coll), comm->backend->ops.name);
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
                   a->op == UL_AVG ? UL_SUM : a->op,
-                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0};
+                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
