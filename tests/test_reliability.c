@@ -315,11 +315,17 @@ Test(timeout, processes_small_message_names_absent_rank, .timeout = 20) {
   run_process_timeout(3, 1, 7);
 }
 
-/* Ring algorithm (process ranks, > 64 KiB): rank 1 waits for rank 0, which itself waits
- * for the absent rank 2, and rank 1's sentence names rank 0. Disabled until the generic
- * layer reports which ranks entered the collective (see docs/reliability.md, "known
- * gaps"); rank 0's sentence is right, the test checks every caller. */
-Test(timeout, processes_large_message_names_absent_rank, .timeout = 20, .disabled = true) {
+/* Large message between process ranks (direct over cross-memory attach or zero-copy):
+ * every caller names the absent rank. */
+Test(timeout, processes_large_message_names_absent_rank, .timeout = 20) {
+  run_process_timeout(3, 2, 1 << 20);
+}
+
+/* The ring (no cross-memory attach): rank 1 waits for rank 0, which itself waits for the
+ * absent rank 2. Each rank records in its mailbox which collectives it entered, so rank
+ * 1's sentence names rank 2, not the rank it happened to wait for. */
+Test(timeout, processes_ring_names_absent_rank_not_the_stuck_one, .timeout = 20) {
+  setenv("UNILINK_CMA", "0", 1);
   run_process_timeout(3, 2, 1 << 20);
 }
 

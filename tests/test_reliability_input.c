@@ -321,10 +321,9 @@ Test(bad_input, conformance_cli_points_at_the_option, .timeout = 20) {
   run_cli_cases("unilink-conformance", cases, sizeof cases / sizeof cases[0]);
 }
 
-/* Values that wrap around: strtol's result is cast to int (4294967396 becomes 100) and
- * strtoull accepts "-1". Disabled until conformance/harness/main.c range-checks them;
- * see docs/reliability.md, "known gaps". */
-Test(bad_input, conformance_cli_rejects_wrapping_numbers, .timeout = 20, .disabled = true) {
+/* Values that would wrap around: strtol's result cast to int (4294967396 would become
+ * 100) and strtoull's acceptance of "-1". */
+Test(bad_input, conformance_cli_rejects_wrapping_numbers, .timeout = 20) {
   static const cli_case_t cases[] = {
       {"--backend host --ranks 2 --list --filter none --timeout-ms 4294967396", "--timeout-ms", 2},
       {"--backend host --ranks 2 --list --filter none --seed -1", "--seed", 2},

@@ -1,6 +1,7 @@
 /* unilink-conformance: is backend X correct, what does it not support, and exactly
  * where does it go wrong. Public API only. See docs/conformance.md. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,8 +94,13 @@ static int cf_parse_args(int argc, char **argv, cf_opts_t *o) {
     else if (!strcmp(key, "--seed")) {
       CF_VAL();
       char *end;
+      errno = 0;
       o->seed = strtoull(val, &end, 0);
-      if (*end || !*val) { fprintf(stderr, "unilink-conformance: bad --seed '%s'\n", val); return -1; }
+      /* strtoull accepts "-1" (as 2^64-1) and saturates on overflow: refuse both. */
+      if (*end || !*val || strchr(val, '-') || errno == ERANGE) {
+        fprintf(stderr, "unilink-conformance: bad --seed '%s' (0 to 2^64-1)\n", val);
+        return -1;
+      }
     } else if (!strcmp(key, "--timeout-ms")) {
       CF_VAL();
       char *end;

@@ -928,14 +928,9 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
   g->reason_bytes = bytes;
 }
 
-ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
-                                   ul_backend_stream_t *bs, ul_call_info_t *info) {
+static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
+                                      ul_backend_stream_t *bs, ul_call_info_t *info) {
   ul__generic_t *g = comm->generic;
-  if (!g)
-    return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
-                              "%s: backend %s has neither a native implementation nor the "
-                              "primitives of the generic layer",
-                              ul_coll_name(a->coll), comm->backend->ops.name);
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
                   a->op == UL_AVG ? UL_SUM : a->op,
                   (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0};
@@ -1003,5 +998,23 @@ ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, con
                           "read/written in place, the others single-copy "
                           "(process_vm_readv/writev)");
   }
+  return rc;
+}
+
+ul_result_t ul__generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
+                                   ul_backend_stream_t *bs, ul_call_info_t *info) {
+  ul__generic_t *g = comm->generic;
+  if (!g)
+    return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
+                              "%s: backend %s has neither a native implementation nor the "
+                              "primitives of the generic layer",
+                              ul_coll_name(a->coll), comm->backend->ops.name);
+  /* Every rank calls every collective in order: the count is the same everywhere. */
+  g->coll_seq++;
+  if (g->shared_scratch)
+    __atomic_store_n(&((ul__mailbox_t *)g->scratch)->entered, g->coll_seq, __ATOMIC_RELEASE);
+  g->in_coll = 1;
+  ul_result_t rc = generic_collective(comm, a, forced, bs, info);
+  g->in_coll = 0;
   return rc;
 }

@@ -122,6 +122,9 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
     return rc;
   }
+  /* Peers read our mailbox; heap scratch (threads) is not zeroed. Host memory only: a
+   * device scratch has no host-visible mailbox (shared_scratch is then 0). */
+  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) memset(g->scratch, 0, UL__MAILBOX_BYTES);
   rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
   if (rc != UL_OK) {
@@ -207,6 +210,27 @@ ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_ba
   ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, idx, value, bs);
   if (rc == UL_OK) return UL_OK;
   const char *opname = g->opname ? g->opname : "operation";
+  if (rc == UL_ERR_TIMEOUT && g->in_coll && g->shared_scratch && !g->load_store) {
+    /* The rank we waited for may itself be waiting (a ring): name the ranks that never
+     * entered this collective, from their mailboxes. Process ranks only: our mapping of
+     * a peer's scratch outlives the peer's destroy, a thread rank's heap scratch does not
+     * (and thread ranks wait for each peer directly, naming it). */
+    char absent[256];
+    size_t len = 0;
+    absent[0] = '\0';
+    for (int p = 0; p < g->n && len + 16 < sizeof absent; p++) {
+      const ul__mailbox_t *pm = (const ul__mailbox_t *)g->peer_bases[p];
+      if (p != g->me && __atomic_load_n(&pm->entered, __ATOMIC_ACQUIRE) < g->coll_seq)
+        len += (size_t)snprintf(absent + len, sizeof absent - len, "%s%d", len ? ", " : "", p);
+    }
+    if (len)
+      return ul__comm_set_error(c, rc,
+                                "%s #%llu timed out after %d ms: had not arrived: %s %s (this "
+                                "rank waited for rank %d's signal %d to reach %llu)",
+                                opname, (unsigned long long)g->seq, c->config.timeout_ms,
+                                strchr(absent, ',') ? "ranks" : "rank", absent, peer, idx,
+                                (unsigned long long)value);
+  }
   if (rc == UL_ERR_TIMEOUT)
     return ul__comm_set_error(c, rc,
                               "%s #%llu timed out after %d ms: rank %d had not arrived (waited "

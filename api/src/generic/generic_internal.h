@@ -22,6 +22,7 @@ typedef struct ul__mailbox {
   /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
   uint64_t send_handle, recv_handle;
   uint64_t send_offset, recv_offset;
+  uint64_t entered; /* collectives this rank has entered (names absent ranks on timeout) */
 } ul__mailbox_t;
 #define UL__STAGE_SLOTS 16 /* small staging slots: 2 x oneshot_bytes split in 16 */
 #define UL__MAILBOX_BYTES 128 /* room reserved at the start of the scratch */
@@ -54,6 +55,8 @@ typedef struct ul__generic {
   uint64_t *done_expect;  /* per peer: DONE signals (its reads of our staging) so far */
   uint64_t *slot_need;    /* [slot * n + peer]: its DONE count before we rewrite the slot */
   const char *opname;
+  uint64_t coll_seq; /* collectives entered on this communicator (the same on all ranks) */
+  int in_coll;       /* inside one: a timeout lists the ranks that have not entered it */
   /* The last selection's reason text, formatted once per (algorithm, bytes) instead of on
    * every call: a small collective costs a few hundred nanoseconds, snprintf a hundred. */
   const void *reason_algo;
