@@ -34,8 +34,9 @@ export UNILINK_PLUGIN_PATH="${UNILINK_PLUGIN_PATH:-$BUILD/lib}"
 # stay there for milliseconds until the kernel spreads them: whichever backend runs
 # first then pays a context switch per operation, which is noise, not a difference.)
 NCPU=$(nproc)
+OPEN_MPI=0; mpirun --version 2>&1 | grep -qi "open mpi" && OPEN_MPI=1
 mpirun_np() { # np -> the mpirun command line for it
-  if ! mpirun --version 2>&1 | grep -qi "open mpi"; then echo mpirun -np "$1"; # MPICH's hydra
+  if [ "$OPEN_MPI" = 0 ]; then echo mpirun -np "$1"; # MPICH's hydra: no such flags
   elif [ "$1" -le "$NCPU" ]; then echo mpirun --bind-to core -np "$1";
   else echo mpirun --oversubscribe --bind-to none -np "$1"; fi
 }

@@ -511,16 +511,25 @@ static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k, size_t sb) {
   return UL_OK;
 }
 
+/* Signal idx to every peer that reads this rank's staging (readers = 1) or whose
+ * staging this rank reads (readers = 0). */
+static ul_result_t staged_signal(algo_ctx_t *x, int readers, int idx) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    if (readers ? staged_reads(x->a, p, me) : staged_reads(x->a, me, p))
+      UL_CHECK(x->o->signal(BC(x), g->win, p, idx, x->bs));
+  }
+  return UL_OK;
+}
+
 /* Tell this rank's readers its staging is written, and wait until the ranks it reads
  * from have written theirs. */
 static ul_result_t staged_ready(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
-  for (int i = 1; i < n; i++) {
-    int p = (me + i) % n;
-    if (staged_reads(x->a, p, me))
-      UL_CHECK(x->o->signal(BC(x), g->win, p, UL__SIG_READY(g, me), x->bs));
-  }
+  UL_CHECK(staged_signal(x, 1, UL__SIG_READY(g, me)));
   for (int i = 1; i < n; i++) {
     int q = (me + n - i) % n;
     if (staged_reads(x->a, me, q))
@@ -530,16 +539,7 @@ static ul_result_t staged_ready(algo_ctx_t *x) {
 }
 
 /* Done reading: each rank read from may reuse its staging. */
-static ul_result_t staged_done(algo_ctx_t *x) {
-  ul__generic_t *g = x->g;
-  int n = g->n, me = g->me;
-  for (int i = 1; i < n; i++) {
-    int q = (me + i) % n;
-    if (staged_reads(x->a, me, q))
-      UL_CHECK(x->o->signal(BC(x), g->win, q, UL__SIG_DONE(g, me), x->bs));
-  }
-  return UL_OK;
-}
+static ul_result_t staged_done(algo_ctx_t *x) { return staged_signal(x, 0, UL__SIG_DONE(x->g, x->g->me)); }
 
 static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
@@ -547,7 +547,6 @@ static ul_result_t staged_oneshot_allreduce(algo_ctx_t *x) {
   int n = g->n;
   size_t bytes = a->count * x->esize;
   if (n == 1) return single_rank_allreduce(x);
-  if (!bytes) return UL_OK; /* (forced algorithm) nothing staged, nothing to wait for */
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = staging_offset(g, k, bytes);
   UL_CHECK(staging_reusable(x, k, bytes));
@@ -579,7 +578,6 @@ static ul_result_t staged_small(algo_ctx_t *x) {
   const ul__coll_args_t *a = x->a;
   int n = g->n, me = g->me;
   size_t sb = staged_bytes(x), cb = a->count * x->esize;
-  if (!sb) return UL_OK; /* (forced algorithm) nothing staged, nothing to wait for */
   uint64_t k = ++g->oneshot_epoch;
   size_t boff = staging_offset(g, k, sb);
   /* A broadcast reads only the root's staging: the root waits for nobody, the others
@@ -904,7 +902,7 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
   char over[64] = ""; /* why not the one-shot allreduce */
   if (x->a->coll == UL_COLL_ALLREDUCE && g->shared_scratch && g->oneshot_bytes)
     snprintf(over, sizeof over, "%zu bytes > %zu one-shot limit; ", bytes,
-             oneshot_limit(g, &algorithms[0]));
+             oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot")));
   if (al->run == staged_oneshot_allreduce || al->run == staged_small)
     snprintf(r, rl,
              "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES%s): staged in shared scratch, one "
@@ -921,7 +919,8 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              over);
   else if (x->a->coll == UL_COLL_ALLREDUCE)
     snprintf(r, rl, "%zu bytes %s %zu through scratch channels", bytes,
-             is_oneshot(al) ? "<=" : ">", oneshot_limit(g, &algorithms[2]));
+             is_oneshot(al) ? "<=" : ">",
+             oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot-channel")));
   else
     snprintf(r, rl, "peers not load/store reachable (path %s)", x->c->props.path);
   g->reason_algo = al;
@@ -938,6 +937,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
   size_t bytes = a->count * x.esize;
+  int zero = a->coll != UL_COLL_BARRIER && a->count == 0; /* alike on every rank */
   const algo_entry_t *al = NULL;
   if (forced) {
     al = find_algo(a->coll, forced);
@@ -961,10 +961,10 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                 "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
                                 "handles at most %zu",
                                 al->name, bytes, oneshot_capacity(g, al));
+    if (zero) return zero_count_call(info);
     ul__copy_str(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
-    /* No selection for zero elements: this check is all such a call costs. */
-    if (a->coll != UL_COLL_BARRIER && a->count == 0) return zero_count_call(info);
+    if (zero) return zero_count_call(info); /* no selection: this is all such a call costs */
     for (size_t i = 0; i < NALGOS && !al; i++) {
       const algo_entry_t *e = &algorithms[i];
       if (e->coll != a->coll) continue;
@@ -985,7 +985,6 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   } else if (!g->load_store && g->shared_scratch && a->coll != UL_COLL_BARRIER) {
     ul__copy_str(info->path, sizeof info->path, "shm-copy");
   }
-  if (a->coll != UL_COLL_BARRIER && a->count == 0) return zero_count_call(info);
   ul__copy_str(info->algorithm, sizeof info->algorithm, al->name);
   ul_result_t rc = al->run(&x);
   if (x.cma && g->zpeers > 0) {

@@ -30,8 +30,9 @@ int ul__generic_available(ul_comm_t comm) { return comm->generic != NULL; }
  * each other's private buffers with process_vm_readv/writev (cross-memory attach)?
  * Needs ptrace permission over the peer (same user; Yama may forbid it), so every rank
  * tries to read each peer's mailbox and the ranks agree on the answer: a path that one
- * rank cannot take must not be chosen by the others. Two barriers, once per comm. */
-static ul_result_t generic_probe_cma(ul__generic_t *g) {
+ * rank cannot take must not be chosen by the others. The ranks also agree on the core
+ * count, on which selection depends. Two barriers, once per comm. */
+static ul_result_t generic_probe_processes(ul__generic_t *g) {
   ul__mailbox_t *mb = (ul__mailbox_t *)g->scratch;
   mb->send = g->scratch; /* our own address of the scratch: what a peer reads back */
   mb->pid = (int32_t)getpid();
@@ -152,7 +153,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->ncpu = ncpu > 0 ? (int)ncpu : 1;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
-    rc = generic_probe_cma(g);
+    rc = generic_probe_processes(g);
     if (rc != UL_OK) {
       /* Peers may be gone: no collective deregistration; comm_destroy frees the window. */
       comm->generic = NULL;
@@ -187,10 +188,10 @@ void ul__generic_fini(ul_comm_t comm) {
   if (!g) return;
   const ul_backend_ops_t *o = &comm->backend->ops;
   /* Destroy is local (the backend's comm_destroy frees the window): no collective
-   * deregistration, so one thread may destroy all the ranks it created. Only peers still
-   * reading our staging buffers of the last small operation are waited for: they have
-   * all entered it (we saw their epochs), so this is short unless a peer died. */
-  if (g->win && g->oneshot_epoch && comm->sticky == UL_OK && !comm->abort_flag)
+   * deregistration, so one thread may destroy all the ranks it created. Only readers of
+   * our staging are waited for (done_expect: the reads each peer owes an acknowledgement
+   * for), so this is short unless a peer died. */
+  if (g->win && comm->sticky == UL_OK && !comm->abort_flag)
     for (int p = 0; p < g->n; p++) {
       if (p == g->me || g->done_expect[p] == 0) continue;
       if (o->wait_signal(comm->bcomm, g->win, UL__SIG_DONE(g, p), g->done_expect[p], NULL) !=

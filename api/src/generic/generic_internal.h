@@ -47,7 +47,7 @@ typedef struct ul__generic {
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
   int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
-  size_t oneshot_off, oneshot_bytes; /* two one-shot staging buffers per rank */
+  size_t oneshot_off, oneshot_bytes; /* staging area of 2 x oneshot_bytes per rank */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algorithms.c, staged_reads): */
@@ -73,7 +73,6 @@ UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, s
 UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
                                          ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
-/* After reading the peers' staging buffers of the current epoch: tell them. */
 /* send_bytes/recv_bytes: how much of each buffer peers may touch (zero-copy export). */
 UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes,
                                    void *recv, size_t recv_bytes, ul_backend_stream_t *bs);
