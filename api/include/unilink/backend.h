@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 0
+#define UL_BACKEND_ABI_MINOR 1
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -48,6 +48,15 @@ typedef struct ul_backend_window ul_backend_window_t;
 /** Backend flags (ul_backend_caps_t::flags). */
 #define UL_BACKEND_HOST_STREAMS (1u << 0) /**< core runs streams on worker threads */
 #define UL_BACKEND_HOST_MEMORY (1u << 1)  /**< buffers are host memory the core may touch */
+
+/** What a pointer is, as far as the backend can tell (ops mem_kind). */
+typedef enum ul_backend_mem_kind {
+  UL_BACKEND_MEM_UNKNOWN = 0,    /**< the backend cannot tell */
+  UL_BACKEND_MEM_HOST = 1,       /**< pageable host memory the device cannot address */
+  UL_BACKEND_MEM_HOST_MAPPED = 2,/**< host memory the device can address (pinned, mapped) */
+  UL_BACKEND_MEM_DEVICE = 3,     /**< device memory of this communicator's device */
+  UL_BACKEND_MEM_PEER_DEVICE = 4 /**< device memory of another device of this process */
+} ul_backend_mem_kind_t;
 
 /** Static capabilities of a backend, filled by query_caps. */
 typedef struct ul_backend_caps {
@@ -223,6 +232,19 @@ typedef struct ul_backend_ops {
    *  them after the owner freed them. */
   ul_result_t (*mem_import)(ul_backend_comm_t *c, int peer, uint64_t handle, void **base,
                             size_t *size);
+
+  /* --- memory kinds and host<->device movement (device backends) ---------- */
+  /** Local. Classify @p ptr (the whole range [ptr, ptr+bytes)) for this comm: see
+   *  ul_backend_mem_kind_t. Absent: the core treats every pointer as UL_BACKEND_MEM_UNKNOWN. */
+  ul_result_t (*mem_kind)(ul_backend_comm_t *c, const void *ptr, size_t bytes,
+                          ul_backend_mem_kind_t *kind);
+  /** dst <- src, either side host or device memory (direction inferred), ordered on s.
+   *  Absent on a UL_BACKEND_HOST_MEMORY backend: the core uses memcpy. */
+  ul_result_t (*mem_copy)(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
+                          ul_backend_stream_t *s);
+  /** dst[0..bytes) <- (unsigned char)value, host or device memory, ordered on s. */
+  ul_result_t (*mem_set)(ul_backend_comm_t *c, void *dst, int value, size_t bytes,
+                         ul_backend_stream_t *s);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */

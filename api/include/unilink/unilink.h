@@ -468,6 +468,20 @@ UL_API ul_result_t ul_mem_alloc(ul_comm_t comm, size_t size, void **ptr);
  *  @return UL_OK; UL_ERR_INVALID_ARG for a pointer not from ul_mem_alloc on comm. */
 UL_API ul_result_t ul_mem_free(ul_comm_t comm, void *ptr);
 
+/** Copy @p bytes from @p src to @p dst, each host or device memory of @p comm's
+ *  device (or, on a GPU backend, of a peer device of this process): the direction is
+ *  inferred as with cudaMemcpyDefault. Ordered on @p stream; NULL: done when it returns.
+ *  This is how a program moves data in and out of ul_mem_alloc memory on device
+ *  backends; on host, mpi and sim it is memcpy. Overlapping ranges are not allowed.
+ *  @return UL_OK; UL_ERR_INVALID_ARG (NULL comm, NULL pointer with bytes > 0, ranges
+ *          overlap, a pointer the backend cannot reach); the communicator's error. */
+UL_API ul_result_t ul_mem_copy(void *dst, const void *src, size_t bytes, ul_comm_t comm,
+                               ul_stream_t stream);
+/** Set @p bytes at @p dst (host or device memory, as ul_mem_copy) to the byte @p value.
+ *  @return as ul_mem_copy. */
+UL_API ul_result_t ul_mem_set(void *dst, int value, size_t bytes, ul_comm_t comm,
+                              ul_stream_t stream);
+
 /** Number of signal slots of every window. */
 #define UL_WINDOW_SIGNALS 64
 
