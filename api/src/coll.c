@@ -148,10 +148,7 @@ static ul_result_t check_args(ul_comm_t c, const ul__coll_args_t *a, ul_backend_
   if (a->coll == UL_COLL_BARRIER) mine.dtype = -1, mine.count = 0;
   check_rec_t *all = calloc((size_t)n, sizeof *all);
   if (!all) return ul__comm_set_error(c, UL_ERR_NO_MEMORY, "check mode: out of memory");
-  ul__coll_args_t ag = {UL_COLL_ALLGATHER, &mine, all, sizeof mine, UL_UINT8, UL_SUM, 0, 0};
-  ul_call_info_t tmp;
-  memset(&tmp, 0, sizeof tmp);
-  ul_result_t rc = run_coll_now(c, &ag, bs, &tmp);
+  ul_result_t rc = ul__exchange(c, &mine, all, sizeof mine, bs, 1);
   if (rc == UL_OK) {
     /* Compare with the record most ranks hold (lowest rank on ties), not with our own:
      * every rank then names the same odd one out, the odd rank included. */
@@ -295,6 +292,58 @@ static int fatal_error(ul_result_t rc) {
          rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
 }
 
+/* Staged exchange for device-memory backends: the host data goes to device scratch, an
+ * in-place allgather runs there, the result comes back, all ordered on bs. */
+static ul_result_t exchange_staged(ul_comm_t c, const void *mine, void *all, size_t bytes,
+                                   ul_backend_stream_t *bs, ul_call_info_t *info) {
+  const ul_backend_ops_t *o = &c->backend->ops;
+  size_t total = bytes * (size_t)c->nranks;
+  if (c->xchg_cap < total) {
+    ul__exchange_free(c);
+    void *p = NULL;
+    UL_CHECK(o->mem_alloc(c->bcomm, total, &p));
+    c->xchg_buf = p;
+    c->xchg_cap = total;
+  }
+  char *scratch = c->xchg_buf;
+  UL_CHECK(o->mem_copy(c->bcomm, scratch + (size_t)c->rank * bytes, mine, bytes, bs));
+  ul__coll_args_t ag = {UL_COLL_ALLGATHER, scratch + (size_t)c->rank * bytes, scratch, bytes,
+                        UL_UINT8, UL_SUM, 0, 0};
+  UL_CHECK(run_coll_now(c, &ag, bs, info));
+  return o->mem_copy(c->bcomm, all, scratch, total, bs);
+}
+
+ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
+                         ul_backend_stream_t *bs, int in_turn) {
+  ul_call_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  ul_result_t rc = UL_OK;
+  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  if (!in_turn) {
+    rc = wait_turn(c, take_ticket(c));
+    if (rc != UL_OK) {
+      __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+      return ul__comm_set_error(c, rc, "exchange: aborted before it ran");
+    }
+  }
+  if (c->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
+    ul__coll_args_t ag = {UL_COLL_ALLGATHER, mine, all, bytes, UL_UINT8, UL_SUM, 0, 0};
+    rc = run_coll_now(c, &ag, bs, &info);
+  } else {
+    rc = exchange_staged(c, mine, all, bytes, bs, &info);
+  }
+  /* The caller reads the result on the host: a device queue must have finished it. */
+  if (rc == UL_OK && bs && !(c->backend->caps.flags & UL_BACKEND_HOST_STREAMS))
+    rc = c->backend->ops.stream_synchronize(bs, c->config.timeout_ms);
+  if (!in_turn) {
+    if (fatal_error(rc)) c->sticky = rc;
+    end_turn(c);
+  }
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  return rc;
+}
+
 static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_info_t *info) {
   memset(info, 0, sizeof *info);
   info->struct_size = sizeof *info;
@@ -302,6 +351,7 @@ static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_in
   info->coll = coll;
   ul__copy_str(info->backend, sizeof info->backend, c->backend->ops.name);
   ul__copy_str(info->path, sizeof info->path, c->props.path);
+  ul__copy_str(info->selection, sizeof info->selection, c->selection);
 }
 
 /* End of an operation's turn: record what ran (the backend may amend it), or make a

@@ -85,10 +85,32 @@ static ul_result_t split_backend_name(const char *full, char *name, size_t nlen,
   return UL_OK;
 }
 
+/* How the backend was chosen (ul__id_layout_t.reserved, ul_call_info_t.selection). */
+enum { UL__SELECT_NAMED = 0, UL__SELECT_AUTO = 1, UL__SELECT_AUTO_DEVICE = 2 };
+
+static void selection_text(char *out, size_t len, unsigned how, const char *backend) {
+  if (how == UL__SELECT_AUTO)
+    snprintf(out, len, "auto: %s, the best available backend for host memory "
+             "(auto:device picks GPU backends)", backend);
+  else if (how == UL__SELECT_AUTO_DEVICE)
+    snprintf(out, len, "auto:device: %s, the best available device-memory backend", backend);
+  else
+    snprintf(out, len, "named: %s", backend);
+}
+
+/* Backend by name; "" or "auto" (options "device": auto:device) picks one. Options that
+ * only steered auto are cleared. */
+static ul_result_t find_backend_sel(const char *name, char *opts, ul__backend_t **be,
+                                    unsigned *how) {
+  int is_auto = name[0] == '\0' || strcmp(name, "auto") == 0;
+  int device = is_auto && opts && strcmp(opts, "device") == 0;
+  if (how) *how = is_auto ? (device ? UL__SELECT_AUTO_DEVICE : UL__SELECT_AUTO) : UL__SELECT_NAMED;
+  if (device) opts[0] = '\0';
+  return ul__registry_find(is_auto ? (device ? "auto:device" : NULL) : name, be);
+}
+
 static ul_result_t find_backend(const char *name, ul__backend_t **be) {
-  ul_result_t rc = ul__registry_find(name[0] ? name : NULL, be);
-  if (rc != UL_OK) return rc;
-  return UL_OK;
+  return ul__registry_find(name[0] ? name : NULL, be);
 }
 
 UL_API ul_result_t ul_get_unique_id(const char *backend, ul_unique_id_t *id) {
@@ -100,11 +122,13 @@ UL_API ul_result_t ul_get_unique_id(const char *backend, ul_unique_id_t *id) {
   if (strcmp(requested, "auto") == 0) requested = "";
   UL_CHECK(split_backend_name(requested, name, sizeof name, opts, sizeof opts));
   ul__backend_t *be = NULL;
-  UL_CHECK(find_backend(name, &be));
+  unsigned how = 0;
+  UL_CHECK(find_backend_sel(name, opts, &be, &how));
   ul__id_layout_t lay;
   memset(&lay, 0, sizeof lay);
   lay.magic = UL__ID_MAGIC;
   lay.version = UL__ID_VERSION;
+  lay.reserved = how;
   snprintf(lay.backend, sizeof lay.backend, "%s", be->ops.name);
   snprintf(lay.options, sizeof lay.options, "%s", opts);
   ul_result_t rc = be->ops.get_unique_id(lay.payload, sizeof lay.payload);
@@ -142,6 +166,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
   c->nranks = nranks;
   c->device = cfg->device;
   c->props.struct_size = sizeof c->props;
+  c->props.device = UL_CONFIG_UNDEF;
   return c;
 }
 
@@ -175,6 +200,7 @@ static void fill_args(ul_backend_comm_args_t *a, ul_comm_t c, const unsigned cha
 /* After the backend communicator exists: the generic layer's resources. */
 static ul_result_t comm_finish_setup(ul_comm_t c) {
   if (c->props.struct_size == 0) c->props.struct_size = sizeof c->props;
+  if (c->props.device != UL_CONFIG_UNDEF) c->device = c->props.device;
   if (c->props.path[0] == '\0') snprintf(c->props.path, sizeof c->props.path, "%s", "default");
   return ul__generic_init(c);
 }
@@ -214,6 +240,7 @@ UL_API ul_result_t ul_comm_init_rank(ul_comm_t *comm, const ul_config_t *config,
   UL_CHECK(find_backend(lay.backend, &be));
   ul_comm_t c = comm_alloc(be, &cfg, rank, nranks);
   if (!c) return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_rank: out of memory");
+  selection_text(c->selection, sizeof c->selection, lay.reserved, be->ops.name);
   ul_backend_comm_args_t args;
   fill_args(&args, c, lay.payload, lay.options);
   ul_result_t rc = be->ops.comm_init(&args, &c->bcomm, &c->props);
@@ -262,7 +289,8 @@ UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config,
   UL_CHECK(split_backend_name(strcmp(cfg.backend, "auto") == 0 ? "" : cfg.backend, name,
                               sizeof name, opts, sizeof opts));
   ul__backend_t *be = NULL;
-  UL_CHECK(find_backend(name, &be));
+  unsigned how = 0;
+  UL_CHECK(find_backend_sel(name, opts, &be, &how));
   if (ul__op_is_stub((const void *)be->ops.comm_init_all))
     return ul__set_thread_error(UL_ERR_UNSUPPORTED,
                                 "backend %s does not support ul_comm_init_all", be->ops.name);
@@ -287,8 +315,10 @@ UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config,
       rc = ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_all: out of memory");
       goto out;
     }
+    selection_text(cs[i]->selection, sizeof cs[i]->selection, how, be->ops.name);
     fill_args(&args[i], cs[i], payload, opts);
     props[i].struct_size = sizeof props[i];
+    props[i].device = UL_CONFIG_UNDEF;
   }
   rc = be->ops.comm_init_all(args, ndev, bcs, props);
   if (rc != UL_OK) {
@@ -371,7 +401,7 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
   split_entry_t mine = {color, key, comm->rank, 0};
   split_entry_t *all = calloc((size_t)n, sizeof *all);
   if (!all) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_split: out of memory");
-  ul_result_t rc = ul_allgather(&mine, all, sizeof mine, UL_UINT8, comm, NULL);
+  ul_result_t rc = ul__exchange(comm, &mine, all, sizeof mine, NULL, 0);
   if (rc != UL_OK) {
     free(all);
     return rc;
@@ -432,13 +462,16 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
              comm->options);
     idrc = ul_get_unique_id(full, &myid);
   }
-  rc = ids ? ul_allgather(&myid, ids, sizeof myid, UL_UINT8, comm, NULL) : UL_ERR_NO_MEMORY;
+  rc = ids ? ul__exchange(comm, &myid, ids, sizeof myid, NULL, 0) : UL_ERR_NO_MEMORY;
   if (rc == UL_OK && idrc != UL_OK) rc = idrc;
   if (rc == UL_OK && color != UL_SPLIT_NOCOLOR) {
     ul_config_t pub = UL_CONFIG_INIT;
     pub.timeout_ms = cfg.timeout_ms;
     pub.check = cfg.check;
-    if (cfg.device != UL_CONFIG_UNDEF) pub.device = cfg.device;
+    /* The child stays on this rank's device: its buffers live there (a backend left to
+     * choose would pick newrank % ndev, another GPU). */
+    if (config && cfg.device != UL_CONFIG_UNDEF) pub.device = cfg.device;
+    else if (comm->device != UL_CONFIG_UNDEF) pub.device = comm->device;
     rc = ul_comm_init_rank(newcomm, &pub, m, ids[leader], newrank);
   }
   free(ids);
@@ -465,6 +498,7 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   if (!ul__comm_valid(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
   ul__generic_fini(comm);
+  ul__exchange_free(comm);
   comm->backend->ops.comm_destroy(comm->bcomm);
   comm_free(comm);
   return UL_OK;
@@ -487,6 +521,7 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
     return UL_OK;
   }
   ul__generic_fini(comm);
+  ul__exchange_free(comm);
   comm->backend->ops.comm_destroy(comm->bcomm);
   comm_free(comm);
   return UL_OK;

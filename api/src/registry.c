@@ -135,6 +135,18 @@ static ul_result_t ul__stub_mem_import(ul_backend_comm_t *c, int peer, uint64_t 
 static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *info) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_mem_kind(ul_backend_comm_t *c, const void *p, size_t n,
+                                     ul_backend_mem_kind_t *kind) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_mem_copy(ul_backend_comm_t *c, void *dst, const void *src,
+                                     size_t bytes, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_mem_set(ul_backend_comm_t *c, void *dst, int value, size_t bytes,
+                                    ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -173,7 +185,10 @@ static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *
   X(group_end, ul__stub_group_end)                \
   X(annotate_call, ul__stub_annotate_call)        \
   X(mem_export, ul__stub_mem_export)              \
-  X(mem_import, ul__stub_mem_import)
+  X(mem_import, ul__stub_mem_import)              \
+  X(mem_kind, ul__stub_mem_kind)                  \
+  X(mem_copy, ul__stub_mem_copy)                  \
+  X(mem_set, ul__stub_mem_set)
 
 #define UL__COLL_LIST(X) \
   X(allreduce)           \
@@ -587,17 +602,22 @@ static void ul__probe(ul__slot_t *s) {
   pthread_mutex_unlock(&ul__probe_lock);
 }
 
-static ul__slot_t *ul__best(void) {
+/* "auto" picks among backends that take host memory: a program that asked for no
+ * device memory (malloc buffers) must never land on nccl/cuda/ze, whose kernels cannot
+ * read it. "auto:device" picks among device-memory backends only. */
+static ul__slot_t *ul__best_of(int device) {
   ul__slot_t *best = NULL;
   int n = ul__count();
   for (int i = 0; i < n; i++) {
     ul__slot_t *s = ul__slots[i];
     ul__probe(s);
     if (s->be.status != UL_OK) continue;
+    if (((s->be.caps.features & UL_FEATURE_DEVICE_MEMORY) != 0) != device) continue;
     if (best == NULL || s->be.ops.priority > best->be.ops.priority) best = s; /* ties: first */
   }
   return best;
 }
+static ul__slot_t *ul__best(void) { return ul__best_of(0); }
 
 /* "name" or "name:options" -> length of the name part. */
 static size_t ul__name_len(const char *name) {
@@ -647,11 +667,13 @@ ul_result_t ul__registry_find(const char *name, ul__backend_t **out) {
   ul__registry_ensure();
   char list[400];
   if (name == NULL || ul__is_auto(name)) {
-    ul__slot_t *best = ul__best();
+    const char *colon = name ? strchr(name, ':') : NULL;
+    int device = colon && strcmp(colon + 1, "device") == 0;
+    ul__slot_t *best = ul__best_of(device);
     if (best == NULL) {
       ul__list_names(list, sizeof list, 1);
-      return ul__set_thread_error(UL_ERR_UNAVAILABLE,
-                                  "no backend is available on this machine: %s", list);
+      return ul__set_thread_error(UL_ERR_UNAVAILABLE, "no %sbackend is available on this machine: %s",
+                                  device ? "device-memory " : "", list);
     }
     *out = &best->be;
     return UL_OK;

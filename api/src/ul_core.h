@@ -161,6 +161,9 @@ struct ul_comm {
   void *turn; /* ul__turn_t* (coll.c) */
   struct ul_window *windows; /* live windows, freed with the communicator */
   char options[28];          /* backend options ("dgx-h100" of "sim:dgx-h100"), for split */
+  char selection[96];        /* how the backend was chosen (auto, named), for last_call */
+  void *xchg_buf;            /* device scratch of ul__exchange on device backends */
+  size_t xchg_cap;
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 
@@ -184,10 +187,30 @@ struct ul_window {
 };
 #define UL__WINDOW_MAGIC 0x756c7769U
 
+/* Do [a, a+alen) and [b, b+blen) share a byte? Empty ranges never overlap. */
+static inline int ul__overlap(const void *a, size_t alen, const void *b, size_t blen) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  if (alen == 0 || blen == 0) return 0;
+  return x < y + blen && y < x + alen;
+}
+
 /* comm.c */
 UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
+/* coll.c: allgather of core-owned host data (split colors, window sizes, check records)
+ * over @comm. @all has nranks * bytes. Never touches the user's last-call record. On a
+ * device-memory backend the data is staged through device scratch with mem_copy, since
+ * such a backend's collectives take device memory only. @in_turn: the caller already
+ * holds the communicator's turn (check mode inside a collective); else one is taken. */
+UL__HIDDEN ul_result_t ul__exchange(ul_comm_t comm, const void *mine, void *all, size_t bytes,
+                                    ul_backend_stream_t *bs, int in_turn);
+/* mem.c: UL_ERR_INVALID_ARG with a sentence when @ptr is pageable host memory and the
+ * backend works on device memory only (as far as the backend can tell). */
+UL__HIDDEN ul_result_t ul__check_reachable(ul_comm_t comm, const char *fn, const char *what,
+                                           const void *ptr, size_t bytes);
+/* mem.c: free the exchange scratch (communicator teardown). */
+UL__HIDDEN void ul__exchange_free(ul_comm_t comm);
 /* window.c: unlink a window from its comm / free every window of a comm. */
 UL__HIDDEN void ul__windows_free_all(ul_comm_t comm);
 

@@ -4,12 +4,6 @@
 
 #include "ul_core.h"
 
-static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  if (alen == 0 || blen == 0) return 0;
-  return x < y + blen && y < x + alen;
-}
-
 static int mul_overflows(size_t a, size_t b, size_t *out) {
   return __builtin_mul_overflow(a, b, out);
 }
@@ -69,6 +63,10 @@ ul_result_t ul__validate_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_strea
     FAIL("ul_%s: %s is NULL with count %zu", name, a->coll == UL_COLL_SENDRECV ? "buf" : "sendbuf",
          a->count);
   if (need_recv && a->recvbuf == NULL) FAIL("ul_%s: recvbuf is NULL with count %zu", name, a->count);
+  if (need_send)
+    UL_CHECK(ul__check_reachable(comm, name, a->coll == UL_COLL_SENDRECV ? "buf" : "sendbuf",
+                                 a->sendbuf, slen));
+  if (need_recv) UL_CHECK(ul__check_reachable(comm, name, "recvbuf", a->recvbuf, rlen));
   if (!need_send || !need_recv) return UL_OK;
   /* In-place rules (NCCL's pointer aliasing); any other overlap is an error. */
   const char *s = a->sendbuf, *r = a->recvbuf;
@@ -102,7 +100,7 @@ ul_result_t ul__validate_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_strea
       break;
     default: break;
   }
-  if (overlap(s, slen, r, rlen))
+  if (ul__overlap(s, slen, r, rlen))
     FAIL("ul_%s: sendbuf [%p, +%zu) and recvbuf [%p, +%zu) overlap (%s)", name, (const void *)s,
          slen, (const void *)r, rlen, inplace_rule ? inplace_rule : "buffers must not overlap");
   return UL_OK;

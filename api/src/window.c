@@ -6,36 +6,6 @@
 
 #include "ul_core.h"
 
-UL_API ul_result_t ul_mem_alloc(ul_comm_t comm, size_t size, void **ptr) {
-  if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_mem_alloc: comm is NULL or invalid");
-  if (ptr == NULL) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_mem_alloc: ptr is NULL");
-  *ptr = NULL;
-  if (size == 0) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_mem_alloc: size is 0");
-  ul_result_t rc = comm->backend->ops.mem_alloc(comm->bcomm, size, ptr);
-  if (rc == UL_ERR_UNSUPPORTED && comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
-    /* Plain host memory is what such a backend shares anyway. */
-    void *p = NULL;
-    if (posix_memalign(&p, 64, size) != 0)
-      return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_mem_alloc: %zu bytes", size);
-    *ptr = p;
-    return UL_OK;
-  }
-  return rc;
-}
-
-UL_API ul_result_t ul_mem_free(ul_comm_t comm, void *ptr) {
-  if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_mem_free: comm is NULL or invalid");
-  if (ptr == NULL) return UL_OK;
-  ul_result_t rc = comm->backend->ops.mem_free(comm->bcomm, ptr);
-  if (rc == UL_ERR_UNSUPPORTED && comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
-    free(ptr);
-    return UL_OK;
-  }
-  return rc;
-}
-
 static int window_valid(ul_window_t w) { return w && w->magic == UL__WINDOW_MAGIC; }
 
 UL_API ul_result_t ul_window_register(ul_comm_t comm, void *base, size_t size,
@@ -49,6 +19,7 @@ UL_API ul_result_t ul_window_register(ul_comm_t comm, void *base, size_t size,
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_window_register: base is NULL with size %zu", size);
   if (comm->sticky != UL_OK)
     return ul__comm_set_error(comm, comm->sticky, "ul_window_register: communicator in error state");
+  UL_CHECK(ul__check_reachable(comm, "window_register", "base", base, size));
   ul_window_t w = calloc(1, sizeof *w);
   int n = comm->nranks;
   if (w) {
@@ -66,7 +37,7 @@ UL_API ul_result_t ul_window_register(ul_comm_t comm, void *base, size_t size,
   w->size = size;
   /* Everyone learns every window size, so put/get ranges are checked locally. */
   uint64_t mine = size, *all = calloc((size_t)n, sizeof *all);
-  ul_result_t rc = all ? ul_allgather(&mine, all, 1, UL_UINT64, comm, NULL) : UL_ERR_NO_MEMORY;
+  ul_result_t rc = all ? ul__exchange(comm, &mine, all, sizeof mine, NULL, 0) : UL_ERR_NO_MEMORY;
   if (rc == UL_OK) {
     for (int p = 0; p < n; p++) w->peer_sizes[p] = (size_t)all[p];
     rc = comm->backend->ops.window_register(comm->bcomm, base, size, 0, &w->bwin, w->peer_bases);
@@ -130,6 +101,7 @@ static ul_result_t check_rma(const char *fn, ul_window_t w, int peer, size_t off
     return ul__comm_set_error(c, UL_ERR_INVALID_ARG, "%s: peer %d is outside [0, %d)", fn, peer, c->nranks);
   if (bytes > 0 && buf == NULL)
     return ul__comm_set_error(c, UL_ERR_INVALID_ARG, "%s: local buffer is NULL with %zu bytes", fn, bytes);
+  UL_CHECK(ul__check_reachable(c, fn + 3, "local buffer", buf, bytes));
   size_t end;
   if (__builtin_add_overflow(off, bytes, &end) || end > w->peer_sizes[peer])
     return ul__comm_set_error(c, UL_ERR_INVALID_ARG,

@@ -97,6 +97,8 @@ typedef struct ul_backend_comm_props {
                               rank (threads of one process): direct algorithms may read
                               and write peers' user buffers */
   char path[32];         /**< data path name reported by ul_comm_last_call ("threads") */
+  int device;            /**< device this rank uses, when the backend chose it (ABI 1.1);
+                              the core presets UL_CONFIG_UNDEF = "as configured" */
 } ul_backend_comm_props_t;
 
 /** Native collectives (all optional). Same argument meaning as the public calls,

@@ -247,6 +247,9 @@ typedef struct ul_unique_id {
 
 /** Create a unique id for a new communicator on @p backend (NULL or "auto": see
  *  UNILINK_BACKEND). The id names the backend and carries its bootstrap data.
+ *  "auto" picks the highest-priority available backend that works on host memory
+ *  (host, mpi, sim): a program passing malloc buffers never lands on a GPU backend.
+ *  "auto:device" picks the best available device-memory backend (nccl, cuda, ze).
  *  @return UL_OK; UL_ERR_INVALID_ARG (NULL id); UL_ERR_NOT_FOUND (unknown backend);
  *          UL_ERR_UNAVAILABLE (backend cannot run here; ul_last_error() says why). */
 UL_API ul_result_t ul_get_unique_id(const char *backend, ul_unique_id_t *id);
@@ -361,6 +364,8 @@ typedef struct ul_call_info {
   char reason[192];       /**< why this choice: size thresholds, override, fallback cause */
   size_t bytes;           /**< bytes per rank the call was sized by (count * dtype size) */
   double modeled_us;      /**< modeled duration (sim backend); 0 when not modeled */
+  char selection[96];     /**< how the communicator's backend was chosen: "named: nccl",
+                               "auto: host, the best available backend for host memory ..." */
 } ul_call_info_t;
 
 /** Describe the last operation issued on @p comm by the calling rank.
