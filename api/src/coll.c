@@ -818,14 +818,26 @@ UL_API ul_result_t ul_stream_synchronize(ul_stream_t stream) {
                          c->config.timeout_ms);
     return rc;
   }
-  return c->backend->ops.stream_synchronize(stream->bstream, c->config.timeout_ms);
+  /* Counted as a call in flight, so ul_comm_abort from another thread does not free the
+   * backend communicator under this wait; a timeout or a backend's asynchronous error
+   * found here fails the communicator like one found inside a collective. */
+  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  ul_result_t rc = c->backend->ops.stream_synchronize(stream->bstream, c->config.timeout_ms);
+  if (fatal_error(rc)) c->sticky = rc;
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  return rc;
 }
 
 UL_API ul_result_t ul_stream_query(ul_stream_t stream) {
   if (!stream_valid(stream))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_query: stream is NULL or invalid");
   if (stream->host) return ul__host_stream_query(stream->host);
-  return stream->comm->backend->ops.stream_query(stream->bstream);
+  ul_comm_t c = stream->comm;
+  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  ul_result_t rc = c->backend->ops.stream_query(stream->bstream);
+  if (fatal_error(rc)) c->sticky = rc;
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  return rc;
 }
 
 UL_API ul_result_t ul_stream_destroy(ul_stream_t stream) {

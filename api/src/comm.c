@@ -488,8 +488,11 @@ UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
   if (!ul__comm_valid(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_finalize: comm is NULL or invalid");
   if (comm->sticky != UL_OK) return comm->sticky;
+  __atomic_add_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST); /* abort must not free under it */
   ul_result_t rc = comm->backend->ops.comm_finalize(comm->bcomm);
+  __atomic_sub_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST);
   if (rc == UL_ERR_UNSUPPORTED) rc = UL_OK; /* nothing to flush */
+  if (rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED) comm->sticky = rc;
   return rc;
 }
 
