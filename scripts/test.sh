@@ -1,6 +1,6 @@
 #!/bin/sh
 # Run every test: the default build (unit, examples, conformance, bench, mpi, model),
-# then the unit and host conformance suites under ASan+UBSan and under TSan, then the
+# then the unit, host conformance and fake-GPU suites under ASan+UBSan and under TSan, then the
 # mpi backend built against MPICH. Usage: scripts/test.sh [stage...]
 # stages: default asan tsan mpich (all when none given)
 set -eu
@@ -20,7 +20,7 @@ for stage in $stages; do
   dir=build; [ "$stage" = default ] || dir=build-$stage
   case $stage in
     default) sel="" ;;
-    asan) sel="-L unit|example|conformance-quick" ;;
+    asan) sel="-L unit|example|conformance-quick|fakegpu" ;;  # fakegpu: GPU plugins on fakes
     tsan) sel="-L tsan|example" ;;  # Criterion cannot start under TSan here
     mpich) sel="-L mpi" ;;
   esac
