@@ -495,3 +495,31 @@ Test(registry, registry_at_bounds, .timeout = 20) {
   cr_assert_eq(ul__registry_load_plugin(NULL), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul__registry_load_plugin("/nonexistent/libunilink-x.so"), UL_ERR_NOT_FOUND);
 }
+
+/* The same plugin found in two folders: the second copy is refused, and its record must
+ * not point into the copy's strings, which dlclose unmaps (it crashed before). */
+Test(registry, same_plugin_in_two_folders, .timeout = 20) {
+  char dir[64], cmd[512];
+  snprintf(dir, sizeof dir, "/tmp/unilink-dup-plugin-%ld", (long)getpid());
+  snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/libunilink-testgood.so %s/", dir, PLUGIN_DIR, dir);
+  cr_assert_eq(system(cmd), 0);
+  char path[256];
+  snprintf(path, sizeof path, "%s:%s", PLUGIN_DIR, dir);
+  setenv("UNILINK_PLUGIN_PATH", path, 1);
+  ul__registry_reset();
+  int n = ul_backend_count(), found = 0, refused = 0;
+  for (int i = 0; i < n; i++) {
+    ul_backend_info_t info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    cr_assert_eq(ul_backend_get_info(i, &info), UL_OK);
+    if (strcmp(info.name, "testgood") == 0) {
+      found++;
+      refused += strstr(info.reason, "same name") != NULL;
+    }
+  }
+  cr_assert_eq(found, 2, "the used copy and the refused one are both listed");
+  cr_assert_eq(refused, 1);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  system(cmd);
+}

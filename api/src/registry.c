@@ -370,8 +370,11 @@ static ul_result_t ul__add_locked(const ul_backend_ops_t *ops, const char *origi
   }
   if (rc != UL_OK) {
     UL_WARN("INIT", "refused %s", reason);
+    /* label may point into the plugin's own strings: keep a copy past dlclose. */
+    char label_copy[UL__NAME_MAX + 1];
+    snprintf(label_copy, sizeof label_copy, "%s", label ? label : "");
     if (dl_handle) dlclose(dl_handle);
-    ul__add_refused_locked(label, origin, file, rc, reason);
+    ul__add_refused_locked(label ? label_copy : NULL, origin, file, rc, reason);
     return ul__set_thread_error(rc, "refused %s", reason);
   }
 
