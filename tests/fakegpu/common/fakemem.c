@@ -47,16 +47,19 @@ static int add_region(const fakemem_region_t *r) {
   return 0;
 }
 
-static void raise_fd_limit(void) {
-  /* One descriptor per allocation: the conformance suite makes many. */
-  static int done;
+static void raise_fd_limit_once(void) {
   struct rlimit rl;
-  if (done) return;
-  done = 1;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
+}
+
+static void raise_fd_limit(void) {
+  /* One descriptor per allocation: the conformance suite makes many. Allocations come
+   * from several threads at once. */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, raise_fd_limit_once);
 }
 
 int fakemem_alloc(size_t size, int device, void **pub) {
