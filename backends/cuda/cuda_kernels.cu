@@ -1,81 +1,19 @@
 // Device kernels of the cuda backend: local reductions per dtype x op, avg scaling and
-// the signal store. One grid-stride kernel per (type, op); conversions use CUDA's own
-// round-to-nearest-even intrinsics so results equal the core's host kernels.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
+// the signal store. One grid-stride kernel per (type, op) over the element operations of
+// cuda_elementops.cuh (CUDA's own round-to-nearest-even conversions), so results equal the
+// core's host kernels.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda_elementops.cuh"
 #include "cuda_kernels.h"
 
 namespace {
 
-enum { D_I8, D_U8, D_I32, D_U32, D_I64, D_U64, D_F16, D_BF16, D_F32, D_F64, D_E4M3, D_E5M2 };
-enum { O_SUM, O_PROD, O_MIN, O_MAX, O_AVG };
-
-// IEEE 754-2019 minimum/maximum: NaN propagates, -0 < +0 (fminf would drop the NaN).
-template <typename F> __device__ __forceinline__ F ieee_min(F x, F y) {
-  if (x != x) return x;
-  if (y != y) return y;
-  if (x < y) return x;
-  if (y < x) return y;
-  return signbit(x) ? x : y;
-}
-template <typename F> __device__ __forceinline__ F ieee_max(F x, F y) {
-  if (x != x) return x;
-  if (y != y) return y;
-  if (x > y) return x;
-  if (y > x) return y;
-  return signbit(x) ? y : x;
-}
-
-template <typename F> __device__ __forceinline__ F fop(int op, F x, F y) {
-  switch (op) {
-  case O_PROD: return x * y;
-  case O_MIN: return ieee_min(x, y);
-  case O_MAX: return ieee_max(x, y);
-  default: return x + y;
-  }
-}
-
-// Integers: sum/prod in the unsigned type (wraps without UB).
-template <typename T, typename U> __device__ __forceinline__ T iop(int op, T x, T y) {
-  switch (op) {
-  case O_PROD: return (T)(U)((U)x * (U)y);
-  case O_MIN: return x < y ? x : y;
-  case O_MAX: return x > y ? x : y;
-  default: return (T)(U)((U)x + (U)y);
-  }
-}
-
-// Storage <-> float for the small float formats.
-struct F16 {
-  typedef uint16_t S;
-  static __device__ float dec(S v) { return __half2float(__ushort_as_half(v)); }
-  static __device__ S enc(float f) { return __half_as_ushort(__float2half_rn(f)); }
-};
-struct BF16 {
-  typedef uint16_t S;
-  static __device__ float dec(S v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
-  static __device__ S enc(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-};
-struct E4M3 {
-  typedef uint8_t S;
-  static __device__ float dec(S v) {
-    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E4M3);
-    return __half2float(__half(h));
-  }
-  static __device__ S enc(float f) { return (S)__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3); }
-};
-struct E5M2 {
-  typedef uint8_t S;
-  static __device__ float dec(S v) {
-    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, __NV_E5M2);
-    return __half2float(__half(h));
-  }
-  static __device__ S enc(float f) { return (S)__nv_cvt_float_to_fp8(f, __NV_NOSAT, __NV_E5M2); }
-};
+// The element operations live in cuda_elementops.cuh (shared with the fake runtime's host
+// kernels and the tests); the kernels here are only grid-stride loops over them. The
+// kernel names and template parameters are part of what the fake runtime dispatches on.
+using namespace ulk;
 
 #define GRID_LOOP(i, n)                                                                          \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
@@ -91,17 +29,17 @@ template <typename F> __global__ void k_reduce_float(F *d, const F *a, const F *
 template <typename C>
 __global__ void k_reduce_small(typename C::S *d, const typename C::S *a, const typename C::S *b,
                                size_t n, int op) {
-  GRID_LOOP(i, n) d[i] = C::enc(fop<float>(op, C::dec(a[i]), C::dec(b[i])));
+  GRID_LOOP(i, n) d[i] = small_op<C>(op, a[i], b[i]);
 }
 
 template <typename T, typename DT> __global__ void k_scale_int(T *buf, size_t n, DT div) {
-  GRID_LOOP(i, n) buf[i] = (T)((DT)buf[i] / div);
+  GRID_LOOP(i, n) buf[i] = scale_int<T, DT>(buf[i], div);
 }
 template <typename F> __global__ void k_scale_float(F *buf, size_t n, F div) {
-  GRID_LOOP(i, n) buf[i] = buf[i] / div;
+  GRID_LOOP(i, n) buf[i] = scale_float<F>(buf[i], div);
 }
 template <typename C> __global__ void k_scale_small(typename C::S *buf, size_t n, float div) {
-  GRID_LOOP(i, n) buf[i] = C::enc(C::dec(buf[i]) / div);
+  GRID_LOOP(i, n) buf[i] = scale_small<C>(buf[i], div);
 }
 
 __global__ void k_store64(volatile unsigned long long *cell, unsigned long long v) {
