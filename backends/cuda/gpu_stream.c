@@ -8,6 +8,9 @@
 
 ul_result_t ulgpu_fail(ul_comm_t core, const char *who, const char *call, cudaError_t e) {
   char buf[320];
+  /* Clear the thread's last error (non-sticky ones): the next launch's cudaGetLastError
+   * must not report this failure again as its own. */
+  (void)cudaGetLastError();
   ulgpu_format_cuda_error(buf, sizeof(buf), call, (int)e, cudaGetErrorString(e));
   return ul_backend_set_error(core, ulgpu_cuda_result((int)e), "%s: %s", who, buf);
 }
@@ -32,8 +35,13 @@ ul_result_t ulgpu_stream_create(ul_backend_comm_t *c, ul_comm_t core, const char
                                 ul_backend_stream_t **out) {
   ul_backend_stream_t *s = calloc(1, sizeof(*s));
   if (!s) return ul_backend_set_error(core, UL_ERR_NO_MEMORY, "%s: out of memory", who);
-  cudaSetDevice(device);
-  cudaError_t e = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
+  /* On device, then the caller's current device back (the thread's device is the
+   * program's state, not ours). */
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+  cudaError_t e = prev == device ? cudaSuccess : cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking);
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
   if (e != cudaSuccess) {
     free(s);
     return ulgpu_fail(core, who, "cudaStreamCreateWithFlags", e);

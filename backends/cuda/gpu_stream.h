@@ -16,14 +16,17 @@ struct ul_backend_stream {
   int owned;
 };
 
-/* Record "<who>: <call>: <CUDA sentence> (code N)" with the mapped ul_result_t. */
+/* Record "<who>: <call>: <CUDA sentence> (code N)" with the mapped ul_result_t, and
+ * clear the thread's last CUDA error (cudaGetLastError) so that a later launch does not
+ * report this failure again. */
 ul_result_t ulgpu_fail(ul_comm_t core, const char *who, const char *call, cudaError_t e);
 
 /* init(): count the visible CUDA devices. UL_ERR_UNAVAILABLE with the reason when the
  * runtime fails (no driver) or sees none; else UL_OK and *ndev. */
 ul_result_t ulgpu_device_count(char *reason, size_t reason_len, int *ndev);
 
-/* stream_create: a new non-blocking stream on device, owned by the wrapper. */
+/* stream_create: a new non-blocking stream on device, owned by the wrapper; the calling
+ * thread's current device is left as it was. */
 ul_result_t ulgpu_stream_create(ul_backend_comm_t *c, ul_comm_t core, const char *who, int device,
                                 ul_backend_stream_t **out);
 /* stream_wrap: the caller's cudaStream_t (not owned: never destroyed here). */
