@@ -256,3 +256,21 @@ Test(core_device, mem_copy_and_set_on_host) {
   cr_assert_eq(ul_mem_copy(NULL, NULL, 0, c, NULL), UL_OK, "zero bytes is a no-op");
   ul_comm_destroy(c);
 }
+
+/* A stream outliving its communicator: the communicator releases its queue, the handle
+ * refuses work and ul_stream_destroy frees it (it read the freed communicator before). */
+Test(core_device, stream_destroyed_after_its_communicator) {
+  ul_unique_id_t id;
+  cr_assert_eq(ul_get_unique_id("host", &id), UL_OK);
+  ul_comm_t c;
+  cr_assert_eq(ul_comm_init_rank(&c, NULL, 1, id, 0), UL_OK, "%s", ul_last_error());
+  ul_stream_t s;
+  cr_assert_eq(ul_stream_create(c, &s), UL_OK);
+  int x = 1, y = 0;
+  cr_assert_eq(ul_allreduce(&x, &y, 1, UL_INT32, UL_SUM, c, s), UL_OK);
+  cr_assert_eq(ul_comm_destroy(c), UL_OK);
+  cr_assert_eq(y, 1, "queued work finished before the communicator went away");
+  cr_assert_eq(ul_stream_synchronize(s), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_stream_query(s), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_stream_destroy(s), UL_OK);
+}

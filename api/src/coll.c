@@ -756,6 +756,50 @@ UL_API ul_result_t ul_recv(void *buf, size_t count, ul_dtype_t dtype, int peer, 
 
 /* ---------------------------------------------------------------- streams */
 
+static void stream_link(ul_comm_t comm, ul_stream_t s) {
+  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
+  s->next = comm->streams;
+  comm->streams = s;
+  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
+}
+
+static void stream_unlink(ul_comm_t comm, ul_stream_t s) {
+  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
+  for (ul_stream_t *pp = &comm->streams; *pp; pp = &(*pp)->next)
+    if (*pp == s) {
+      *pp = s->next;
+      break;
+    }
+  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
+}
+
+/* Free a stream's queue: host worker (after its work, bounded by the timeout) or the
+ * backend's stream. */
+static ul_result_t stream_release(ul_stream_t stream) {
+  ul_result_t rc = UL_OK;
+  if (stream->host) {
+    rc = ul__host_stream_sync(stream->host, stream->comm->config.timeout_ms);
+    ul__host_stream_destroy(stream->host);
+    stream->host = NULL;
+  } else if (stream->bstream) {
+    rc = stream->comm->backend->ops.stream_destroy(stream->bstream);
+    stream->bstream = NULL;
+  }
+  return rc;
+}
+
+void ul__streams_release_all(ul_comm_t comm) {
+  ul_stream_t s = comm->streams;
+  comm->streams = NULL;
+  while (s) {
+    ul_stream_t next = s->next;
+    stream_release(s);
+    s->magic = UL__STREAM_ORPHAN;
+    s->comm = NULL;
+    s = next;
+  }
+}
+
 UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
   if (!ul__comm_valid(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_create: comm is NULL or invalid");
@@ -778,6 +822,7 @@ UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
                          comm->backend->ops.name);
     return rc;
   }
+  stream_link(comm, s);
   *stream = s;
   return UL_OK;
 }
@@ -801,6 +846,7 @@ UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream
                          comm->backend->ops.name);
     return rc;
   }
+  stream_link(comm, s);
   *stream = s;
   return UL_OK;
 }
@@ -842,15 +888,15 @@ UL_API ul_result_t ul_stream_query(ul_stream_t stream) {
 
 UL_API ul_result_t ul_stream_destroy(ul_stream_t stream) {
   if (stream == NULL) return UL_OK;
+  if (stream->magic == UL__STREAM_ORPHAN) { /* its communicator already released it */
+    stream->magic = 0;
+    free(stream);
+    return UL_OK;
+  }
   if (!stream_valid(stream))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_destroy: invalid stream handle");
-  ul_result_t rc = UL_OK;
-  if (stream->host) {
-    rc = ul__host_stream_sync(stream->host, stream->comm->config.timeout_ms);
-    ul__host_stream_destroy(stream->host);
-  } else {
-    rc = stream->comm->backend->ops.stream_destroy(stream->bstream);
-  }
+  stream_unlink(stream->comm, stream);
+  ul_result_t rc = stream_release(stream);
   stream->magic = 0;
   free(stream);
   return rc;

@@ -500,6 +500,7 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   if (comm == NULL) return UL_OK;
   if (!ul__comm_valid(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
+  ul__streams_release_all(comm);
   ul__generic_fini(comm);
   ul__exchange_free(comm);
   comm->backend->ops.comm_destroy(comm->bcomm);
@@ -523,6 +524,7 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
     comm->sticky = UL_ERR_ABORTED;
     return UL_OK;
   }
+  ul__streams_release_all(comm);
   ul__generic_fini(comm);
   ul__exchange_free(comm);
   comm->backend->ops.comm_destroy(comm->bcomm);

@@ -163,6 +163,7 @@ struct ul_comm {
   char options[28];          /* backend options ("dgx-h100" of "sim:dgx-h100"), for split */
   char selection[96];        /* how the backend was chosen (auto, named), for last_call */
   void *xchg_buf;            /* device scratch of ul__exchange on device backends */
+  struct ul_stream *streams; /* live streams, released with the communicator */
   size_t xchg_cap;
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
@@ -172,8 +173,12 @@ struct ul_stream {
   ul_comm_t comm;
   ul_backend_stream_t *bstream; /* native streams */
   ul__host_stream_t *host;      /* host streams (worker thread) */
+  struct ul_stream *next;       /* in comm->streams */
 };
 #define UL__STREAM_MAGIC 0x756c7374U
+/* A stream whose communicator was destroyed: its queue is gone, every call but
+ * ul_stream_destroy refuses it, ul_stream_destroy frees the handle. */
+#define UL__STREAM_ORPHAN 0x756c6f72U
 
 struct ul_window {
   uint32_t magic;
@@ -211,6 +216,9 @@ UL__HIDDEN ul_result_t ul__check_reachable(ul_comm_t comm, const char *fn, const
                                            const void *ptr, size_t bytes);
 /* mem.c: free the exchange scratch (communicator teardown). */
 UL__HIDDEN void ul__exchange_free(ul_comm_t comm);
+/* coll.c: release the queues of every stream still open on @comm (teardown); the
+ * handles become orphans that ul_stream_destroy frees. */
+UL__HIDDEN void ul__streams_release_all(ul_comm_t comm);
 /* window.c: unlink a window from its comm / free every window of a comm. */
 UL__HIDDEN void ul__windows_free_all(ul_comm_t comm);
 

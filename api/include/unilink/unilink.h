@@ -284,7 +284,9 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
 /** Complete all operations issued on @p comm (collective). Then destroy is local.
  *  @return UL_OK; UL_ERR_INVALID_ARG; the communicator's error if it has one. */
 UL_API ul_result_t ul_comm_finalize(ul_comm_t comm);
-/** Free local resources of @p comm. NULL is accepted (no-op). @return UL_OK. */
+/** Free local resources of @p comm. NULL is accepted (no-op). Streams still open on it
+ *  finish their work and are released; their handles then accept only ul_stream_destroy.
+ *  @return UL_OK. */
 UL_API ul_result_t ul_comm_destroy(ul_comm_t comm);
 /** Abort: release every thread blocked on @p comm (they return UL_ERR_ABORTED) and
  *  free local resources without waiting for peers. Safe from any thread and any
