@@ -79,6 +79,7 @@ typedef struct bench_run {
   ul_comm_t *comms;
   ul_stream_t *streams;
   char **sbuf, **rbuf;
+  char **shadow;            /* per local rank: host staging memory of bufbytes */
   size_t bufbytes;
   /* thread sync */
   pthread_mutex_t mu;
@@ -86,6 +87,7 @@ typedef struct bench_run {
   int bar_count, bar_gen, bar_broken;
   double *xch;
   size_t xch_per_rank;
+  void *xch_dev;            /* mpi: the exchange's buffer from ul_mem_alloc (see bench_exchange) */
   /* results (written by the reporting thread) */
   bench_row_t *rows;
   int nrows, caprows;
@@ -108,6 +110,8 @@ double bench_now(void);
 int bench_barrier(bench_run_t *r, int thread);
 /* Every rank contributes k doubles; all[rank*k + j] receives everyone's. */
 int bench_exchange(bench_run_t *r, int thread, const double *mine, int k, double *all);
+/* Release what bench_exchange allocated (before the communicators go). */
+void bench_exchange_free(bench_run_t *r);
 void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...);
 
 /* main sweep */

@@ -161,7 +161,7 @@ ul_result_t bench_call_run(const bench_call_t *c) {
   return d->run(c, s, r);
 }
 
-void bench_call_fill(const bench_call_t *c, uint64_t seed) {
+ul_result_t bench_call_fill(const bench_call_t *c, uint64_t seed) {
   const bench_op_desc_t *d = bench_op_desc(c->op);
   bench_gen_t g;
   bench_gen_init(&g, c->dtype, c->redop, c->nranks, seed, bench_op_reduces(c->op));
@@ -174,39 +174,46 @@ void bench_call_fill(const bench_call_t *c, uint64_t seed) {
     size_t sb = c->counts.sendcount * c->es;
     rbytes = rbytes > sb ? rbytes : sb;
   }
-  if (rbytes) memset(c->rbuf, 0xA5, rbytes);
-  char *in = (char *)(uintptr_t)s;
+  if (rbytes) {
+    ul_result_t rc = ul_mem_set(c->rbuf, 0xA5, rbytes, c->comm, NULL);
+    if (rc != UL_OK) return rc;
+  }
   int src_rank = c->rank;
   size_t n = c->counts.sendcount;
   switch (c->op) {
   case BENCH_BROADCAST:
   case BENCH_SCATTER:
-    if (c->rank != c->root) return; /* only root's send buffer is read */
+    if (c->rank != c->root) return UL_OK; /* only root's send buffer is read */
     break;
   default:
     break;
   }
-  if (!in) return;
-  for (size_t i = 0; i < n; i++) bench_store(c->dtype, in + i * c->es, bench_gen_value(&g, src_rank, i));
+  if (!s || !n) return UL_OK;
+  char *h = c->shadow;
+  for (size_t i = 0; i < n; i++) bench_store(c->dtype, h + i * c->es, bench_gen_value(&g, src_rank, i));
+  return ul_mem_copy((void *)(uintptr_t)s, h, n * c->es, c->comm, NULL);
 }
 
-int64_t bench_call_check(const bench_call_t *c, uint64_t seed) {
+ul_result_t bench_call_check(const bench_call_t *c, uint64_t seed, int64_t *wrong) {
   const bench_op_desc_t *d = bench_op_desc(c->op);
   bench_gen_t g;
   bench_gen_init(&g, c->dtype, c->redop, c->nranks, seed, bench_op_reduces(c->op));
   const void *s;
   void *r;
   d->ptrs(c, &s, &r);
-  if (!r) return 0;
+  *wrong = 0;
+  if (!r) return UL_OK;
   size_t n = d->result_count(c);
-  int64_t wrong = 0;
+  double v;
+  if (!n || !d->expect(c, &g, 0, &v)) return UL_OK; /* no result on this rank */
+  ul_result_t rc = ul_mem_copy(c->shadow, r, n * c->es, c->comm, NULL);
+  if (rc != UL_OK) return rc;
   unsigned char want[8];
-  const unsigned char *got = r;
+  const unsigned char *got = (const unsigned char *)c->shadow;
   for (size_t i = 0; i < n; i++) {
-    double v;
-    if (!d->expect(c, &g, i, &v)) return 0;
+    if (!d->expect(c, &g, i, &v)) return UL_OK;
     bench_store(c->dtype, want, v);
-    if (memcmp(want, got + i * c->es, c->es) != 0) wrong++;
+    if (memcmp(want, got + i * c->es, c->es) != 0) (*wrong)++;
   }
-  return wrong;
+  return UL_OK;
 }

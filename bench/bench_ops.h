@@ -20,6 +20,10 @@ typedef struct bench_call {
   int in_place;
   char *sbuf;     /* send buffer base (out of place) */
   char *rbuf;     /* receive buffer base; in place uses only this one */
+  /* host staging memory of this rank (as large as a buffer): sbuf/rbuf may be device
+   * memory the CPU must not touch, so inputs are built here and copied in with
+   * ul_mem_copy, and results are copied back here to be checked */
+  char *shadow;
   ul_comm_t comm;
   ul_stream_t stream;
 } bench_call_t;
@@ -42,10 +46,12 @@ const bench_op_desc_t *bench_op_desc(bench_op_t op);
 
 /** Issue the call of @p c. */
 ul_result_t bench_call_run(const bench_call_t *c);
-/** Poison the result area and write seeded inputs for this rank. */
-void bench_call_fill(const bench_call_t *c, uint64_t seed);
-/** Count result elements that differ from the exact expectation. */
-int64_t bench_call_check(const bench_call_t *c, uint64_t seed);
+/** Poison the result area (ul_mem_set) and write seeded inputs for this rank (built in
+ *  the shadow, then ul_mem_copy). NULL stream: complete on return. */
+ul_result_t bench_call_fill(const bench_call_t *c, uint64_t seed);
+/** Copy the result back into the shadow and count the elements in @p wrong that differ
+ *  from the exact expectation. */
+ul_result_t bench_call_check(const bench_call_t *c, uint64_t seed, int64_t *wrong);
 
 /** nccl-tests' type name for a dtype ("float", "half", "bfloat16", "f8e4m3" ...). */
 const char *bench_dtype_nccl_name(ul_dtype_t dtype);

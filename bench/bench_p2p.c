@@ -211,12 +211,26 @@ int bench_p2p_main(const bench_opts_t *o) {
   if (!c.sbuf || !c.rbuf || !c.uni || !c.bidi || !c.lat || !c.links || !c.have_links || !r->xch ||
       !th || !tid)
     return BENCH_EXIT_INTERNAL;
+  /* buffers from the backend (device memory on GPU backends, which cannot reach
+   * pageable host memory), as the sweep's; malloc only where the backend has none.
+   * They are set through the library, never by the CPU. */
+  int *from_ul = calloc((size_t)r->nlocal * 2, sizeof(int));
+  if (!from_ul) return BENCH_EXIT_INTERNAL;
   for (int i = 0; i < r->nlocal; i++) {
-    c.sbuf[i] = malloc(c.bytes + 8);
-    c.rbuf[i] = malloc(c.bytes + 8);
-    if (!c.sbuf[i] || !c.rbuf[i]) return BENCH_EXIT_INTERNAL;
-    memset(c.sbuf[i], i + 1, c.bytes + 8);
-    memset(c.rbuf[i], 0, c.bytes + 8);
+    char **bufs[2] = {&c.sbuf[i], &c.rbuf[i]};
+    for (int b = 0; b < 2; b++) {
+      void *p = NULL;
+      if (ul_mem_alloc(r->comms[i], c.bytes + 8, &p) == UL_OK && p) from_ul[i * 2 + b] = 1;
+      else if (posix_memalign(&p, 4096, c.bytes + 8) != 0) p = NULL;
+      if (!p) return BENCH_EXIT_INTERNAL;
+      *bufs[b] = p;
+      ul_result_t rc = ul_mem_set(p, b ? 0 : i + 1, c.bytes + 8, r->comms[i], NULL);
+      if (rc != UL_OK) {
+        fprintf(stderr, "unilink-bench: p2p: ul_mem_set: %s: %s\n", ul_result_name(rc),
+                ul_comm_last_error(r->comms[i]));
+        return bench_exit_for(rc);
+      }
+    }
   }
   for (int t = 0; t < r->nthreads; t++) {
     th[t].c = &c;
@@ -258,7 +272,15 @@ int bench_p2p_main(const bench_opts_t *o) {
   }
   int rc = r->fail_rc == UL_OK ? BENCH_EXIT_OK : bench_exit_for(r->fail_rc);
   if (r->fail_rc != UL_OK) fprintf(stderr, "unilink-bench: %s\n", r->fail_msg);
-  for (int i = 0; i < r->nlocal; i++) { free(c.sbuf[i]); free(c.rbuf[i]); }
+  for (int i = 0; i < r->nlocal; i++) {
+    char *bufs[2] = {c.sbuf[i], c.rbuf[i]};
+    for (int b = 0; b < 2; b++) {
+      if (from_ul[i * 2 + b]) ul_mem_free(r->comms[i], bufs[b]);
+      else free(bufs[b]);
+    }
+  }
+  free(from_ul);
+  bench_exchange_free(r);
   for (int t = 0; t < r->nthreads; t++) free(th[t].all);
   free(th); free(tid); free(c.sbuf); free(c.rbuf); free(c.uni); free(c.bidi); free(c.lat);
   free(c.links); free(c.have_links); free(r->xch);

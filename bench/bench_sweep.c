@@ -88,17 +88,30 @@ int bench_exchange(bench_run_t *r, int thread, const double *mine, int k, double
   }
   if (bench_local_barrier(r) != 0) return -1;
   if (r->mpi) {
-    /* slots of other processes are zero here: a sum is a gather */
-    ul_result_t rc = ul_allreduce(r->xch, r->xch, per * (size_t)r->nranks, UL_FP64, UL_SUM,
-                                  r->comms[0], NULL);
+    /* slots of other processes are zero here: a sum is a gather. The allreduce runs on
+     * memory from ul_mem_alloc (device memory on GPU backends, which cannot reach host
+     * memory), staged with ul_mem_copy; one thread per process, so no race on xch_dev. */
+    size_t xbytes = sizeof(double) * per * (size_t)r->nranks;
+    ul_comm_t c0 = r->comms[0];
+    ul_result_t rc = UL_OK;
+    if (!r->xch_dev) rc = ul_mem_alloc(c0, xbytes, &r->xch_dev);
+    if (rc == UL_OK) rc = ul_mem_copy(r->xch_dev, r->xch, xbytes, c0, NULL);
+    if (rc == UL_OK)
+      rc = ul_allreduce(r->xch_dev, r->xch_dev, per * (size_t)r->nranks, UL_FP64, UL_SUM, c0, NULL);
+    if (rc == UL_OK) rc = ul_mem_copy(r->xch, r->xch_dev, xbytes, c0, NULL);
     if (rc != UL_OK) {
-      bench_fail(r, rc, "result exchange (ul_allreduce fp64): %s", ul_comm_last_error(r->comms[0]));
+      bench_fail(r, rc, "result exchange (ul_allreduce fp64): %s", ul_comm_last_error(c0));
       return -1;
     }
   }
   for (int q = 0; q < r->nranks; q++)
     memcpy(all + (size_t)q * k, r->xch + (size_t)q * per, sizeof(double) * (size_t)k);
   return bench_local_barrier(r);
+}
+
+void bench_exchange_free(bench_run_t *r) {
+  if (r->xch_dev && r->comms && r->comms[0]) ul_mem_free(r->comms[0], r->xch_dev);
+  r->xch_dev = NULL;
 }
 
 /* ---------------------------------------------------------------------------- */
@@ -381,6 +394,7 @@ static void bench_setup(bench_thread_t *T, size_t bytes, ul_dtype_t dt, ul_op_t 
     c->in_place = in_place;
     c->sbuf = r->sbuf[local] + (size_t)r->o->unalign * es;
     c->rbuf = r->rbuf[local] + (size_t)r->o->unalign * es;
+    c->shadow = r->shadow[local];
     c->comm = r->comms[local];
     c->stream = r->streams[local];
   }
@@ -403,6 +417,14 @@ static double bench_reduce_time(const bench_run_t *r, const double *all, int k, 
 }
 
 
+/* A failed staging copy (ul_mem_copy/ul_mem_set around a checked call) ends the run. */
+static int bench_stage_rc(bench_run_t *r, const bench_call_t *c, ul_result_t rc, const char *what) {
+  if (rc == UL_OK) return 0;
+  bench_fail(r, rc, "%s for %s on rank %d (%s): %s: %s", what, bench_op_name(c->op), c->rank,
+             r->backend, ul_result_name(rc), ul_comm_last_error(c->comm));
+  return -1;
+}
+
 /* Per-thread seed counter: every thread draws the same sequence, so all ranks of a
  * check use the same seed. */
 typedef struct bench_side_ctx {
@@ -424,14 +446,19 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
   int agg = o->agg < 1 ? 1 : o->agg;
   bench_setup(T, req_bytes, row->dtype, row->redop, row->root, side);
   /* timed calls run on zeros: cheap to write, and no denormals or NaNs from leftover
-   * data can slow the reduction down (checked calls below use seeded data) */
+   * data can slow the reduction down (checked calls below use seeded data). ul_mem_set
+   * with a NULL stream is complete on return, before the untimed call and the barrier. */
   if (bench_barrier(r, T->t)) return -1;
   for (int g = 0; g < r->ngpus; g++) {
     const bench_call_t *c = &T->calls[g];
     size_t n = c->counts.sendcount > c->counts.recvcount ? c->counts.sendcount : c->counts.recvcount;
-    if (n) {
-      memset(c->sbuf, 0, n * c->es);
-      memset(c->rbuf, 0, n * c->es);
+    ul_result_t rc = UL_OK;
+    if (n) rc = ul_mem_set(c->sbuf, 0, n * c->es, c->comm, NULL);
+    if (n && rc == UL_OK) rc = ul_mem_set(c->rbuf, 0, n * c->es, c->comm, NULL);
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "ul_mem_set (zeroing buffers) on rank %d (%s): %s: %s", c->rank,
+                 r->backend, ul_result_name(rc), ul_comm_last_error(c->comm));
+      return -1;
     }
   }
   /* one untimed call so every rank starts the timed loop in step */
@@ -517,26 +544,43 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
     }
   }
 
-  /* correctness: -c checked calls with fresh seeds */
+  /* correctness: -c checked calls with fresh seeds. Staging (inputs in, results out,
+   * with ul_mem_copy) is outside the timed region, as nccl-tests initialises and checks
+   * outside its timing. */
   int64_t wrong_total = 0;
   for (int c = 0; c < o->check; c++) {
     uint64_t seed = ++sc->rep;
     if (bench_barrier(r, T->t)) return -1;
-    for (int g = 0; g < r->ngpus; g++) bench_call_fill(&T->calls[g], seed);
+    for (int g = 0; g < r->ngpus; g++)
+      if (bench_stage_rc(r, &T->calls[g], bench_call_fill(&T->calls[g], seed), "staging inputs"))
+        return -1;
     if (bench_barrier(r, T->t) || bench_issue(T, 1)) return -1;
     if (r->fault_wrong) {
       /* test hook (UNILINK_BENCH_FAULT=wrong): corrupt one result element of rank 0 so
-       * the #wrong path and exit code can be tested */
+       * the #wrong path and exit code can be tested (through a staged byte: the result
+       * may be device memory) */
       for (int g = 0; g < r->ngpus; g++) {
+        const bench_call_t *fc = &T->calls[g];
         const void *fs;
         void *fr;
-        bench_op_desc(T->calls[g].op)->ptrs(&T->calls[g], &fs, &fr);
-        if (T->calls[g].rank == 0 && fr && bench_op_desc(T->calls[g].op)->result_count(&T->calls[g]))
-          ((unsigned char *)fr)[0] ^= 0x5a;
+        bench_op_desc(fc->op)->ptrs(fc, &fs, &fr);
+        if (fc->rank == 0 && fr && bench_op_desc(fc->op)->result_count(fc)) {
+          unsigned char b = 0;
+          ul_result_t rc = ul_mem_copy(&b, fr, 1, fc->comm, NULL);
+          b ^= 0x5a;
+          if (rc == UL_OK) rc = ul_mem_copy(fr, &b, 1, fc->comm, NULL);
+          if (bench_stage_rc(r, fc, rc, "fault hook")) return -1;
+        }
       }
     }
     double *w = T->mine;
-    for (int g = 0; g < r->ngpus; g++) w[g] = (double)bench_call_check(&T->calls[g], seed);
+    for (int g = 0; g < r->ngpus; g++) {
+      int64_t wrong = 0;
+      if (bench_stage_rc(r, &T->calls[g], bench_call_check(&T->calls[g], seed, &wrong),
+                         "copying results back"))
+        return -1;
+      w[g] = (double)wrong;
+    }
     if (bench_exchange(r, T->t, w, 1, T->all)) return -1;
     wrong_total = 0;
     for (int q = 0; q < r->nranks; q++) wrong_total += (int64_t)T->all[q];
@@ -758,8 +802,9 @@ int bench_run_sweep(bench_run_t *r) {
   r->bufbytes = o->maxb + (size_t)o->unalign * 8 + 64;
   r->sbuf = calloc((size_t)r->nlocal, sizeof(char *));
   r->rbuf = calloc((size_t)r->nlocal, sizeof(char *));
+  r->shadow = calloc((size_t)r->nlocal, sizeof(char *));
   int *from_ul = calloc((size_t)r->nlocal * 2, sizeof(int));
-  if (!r->sbuf || !r->rbuf || !from_ul) return BENCH_EXIT_INTERNAL;
+  if (!r->sbuf || !r->rbuf || !r->shadow || !from_ul) return BENCH_EXIT_INTERNAL;
   for (int i = 0; i < r->nlocal; i++) {
     char **bufs[2] = {&r->sbuf[i], &r->rbuf[i]};
     for (int b = 0; b < 2; b++) {
@@ -775,8 +820,21 @@ int bench_run_sweep(bench_run_t *r) {
                 r->first_rank + i);
         return BENCH_EXIT_INTERNAL;
       }
-      memset(p, 0, r->bufbytes);
       *bufs[b] = p;
+      /* p may be device memory: never touched by the CPU, only through the library */
+      ul_result_t rc = ul_mem_set(p, 0, r->bufbytes, r->comms[i], NULL);
+      if (rc != UL_OK) {
+        fprintf(stderr, "unilink-bench: ul_mem_set of a %zu-byte buffer for rank %d: %s: %s\n",
+                r->bufbytes, r->first_rank + i, ul_result_name(rc),
+                ul_comm_last_error(r->comms[i]));
+        return bench_exit_for(rc);
+      }
+    }
+    r->shadow[i] = malloc(r->bufbytes);
+    if (!r->shadow[i]) {
+      fprintf(stderr, "unilink-bench: cannot allocate %zu bytes for rank %d\n", r->bufbytes,
+              r->first_rank + i);
+      return BENCH_EXIT_INTERNAL;
     }
   }
   int kmax = 3 + o->iters;
@@ -826,12 +884,15 @@ int bench_run_sweep(bench_run_t *r) {
       if (from_ul[i * 2 + b] && r->comms[i]) ul_mem_free(r->comms[i], bufs[b]);
       else if (!from_ul[i * 2 + b]) free(bufs[b]);
     }
+    free(r->shadow[i]);
   }
   free(from_ul);
   free(r->sbuf);
   free(r->rbuf);
+  free(r->shadow);
   free(r->xch);
-  r->sbuf = r->rbuf = NULL;
+  bench_exchange_free(r);
+  r->sbuf = r->rbuf = r->shadow = NULL;
   r->xch = NULL;
   bench_comms_destroy(r);
   return r->fail_rc == UL_OK ? BENCH_EXIT_OK : bench_exit_for(r->fail_rc);

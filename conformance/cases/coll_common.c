@@ -118,7 +118,7 @@ void cf_expand_coll(const cf_case_t *c, int n, const cf_opts_t *o, const ul_back
 void *cf_coll_buf(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int poison) {
   size_t bytes = elems * s->sz;
   void *p = cf_alloc(ctx, bytes);
-  if (p && poison) cf_poison(p, bytes);
+  if (p && poison && cf_poison(ctx, p, bytes)) return NULL;
   return p;
 }
 
@@ -126,7 +126,7 @@ int cf_coll_send(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int fill_rank,
   s->send_elems = elems;
   s->send = cf_coll_buf(ctx, s, elems, 0);
   if (!s->send) return -1;
-  cf_fill(&s->g, fill_rank, 0, elems, s->send);
+  if (cf_fill(ctx, &s->g, fill_rank, 0, elems, s->send)) return -1;
   s->send_is_input = is_input;
   s->send_arg = s->send;
   return 0;
@@ -180,10 +180,14 @@ void cf_case_coll(cf_ctx_t *ctx) {
    * and each other bit for bit (this is where an avg tolerance could hide a disagreement). */
   if (d->setup(ctx, &s)) return;
   if (cf_check_rc(ctx, d->call(ctx, &s), cf_coll_name(d->coll))) return;
+  /* the native result, copied back before the second setup reuses the shadow memory */
   void *keep = NULL;
   if (s.result) {
     keep = malloc(s.result_elems * s.sz + 1);
-    if (keep) memcpy(keep, s.result, s.result_elems * s.sz);
+    if (keep && cf_load(ctx, keep, s.result, s.result_elems * s.sz)) {
+      free(keep);
+      return;
+    }
   }
   cf_coll_state_t s2;
   cf_coll_state_init(ctx, &s2);
@@ -202,8 +206,9 @@ void cf_case_coll(cf_ctx_t *ctx) {
   }
   d->verify(ctx, &s2);
   cf_coll_common_checks(ctx, &s2);
-  if (keep && s2.result) {
-    const unsigned char *a = keep, *b = s2.result;
+  const unsigned char *b = keep && s2.result ? cf_read(ctx, s2.result, s2.result_elems * s.sz) : NULL;
+  if (b) {
+    const unsigned char *a = keep;
     for (size_t i = 0; i < s2.result_elems; i++)
       if (memcmp(a + i * s.sz, b + i * s.sz, s.sz)) {
         cf_fail(ctx, "rank %d: native and generic (ring) results differ at index %zu: native "

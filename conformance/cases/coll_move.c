@@ -7,7 +7,7 @@ static int broadcast_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   if (cf_coll_recv(ctx, s, s->cnt)) return -1;
   if (s->r == s->root) {
     if (s->inplace) {
-      cf_fill(&s->g, s->root, 0, s->cnt, s->recv);
+      if (cf_fill(ctx, &s->g, s->root, 0, s->cnt, s->recv)) return -1;
       s->send_arg = s->recv;
     } else {
       /* not an "unchanged input" check: verified below against the root's input */
@@ -39,7 +39,7 @@ static int allgather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   if (cf_coll_recv(ctx, s, total)) return -1;
   if (s->inplace) {
     char *slot = (char *)s->recv + (size_t)s->r * s->cnt * s->sz;
-    cf_fill(&s->g, s->r, 0, s->cnt, slot);
+    if (cf_fill(ctx, &s->g, s->r, 0, s->cnt, slot)) return -1;
     s->send_arg = slot;
   } else {
     if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;
@@ -89,7 +89,7 @@ static int gather_setup(cf_ctx_t *ctx, cf_coll_state_t *s) {
   }
   if (root && s->inplace) {
     char *slot = (char *)s->recv + (size_t)s->root * s->cnt * s->sz;
-    cf_fill(&s->g, s->r, 0, s->cnt, slot);
+    if (cf_fill(ctx, &s->g, s->r, 0, s->cnt, slot)) return -1;
     s->send_arg = slot;
   } else {
     if (cf_coll_send(ctx, s, s->cnt, s->r, 1)) return -1;

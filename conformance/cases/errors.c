@@ -1,5 +1,5 @@
 /* Invalid arguments: each must return UL_ERR_INVALID_ARG, leave every buffer as it was
- * (they are poisoned and checked), leave a non-empty ul_comm_last_error, and leave the
+ * (they are poisoned, copied back after the call and checked), leave a non-empty ul_comm_last_error, and leave the
  * communicator usable (a valid call on it afterwards must be correct). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,9 +95,9 @@ static void err_after(cf_ctx_t *ctx) {
   cf_gen_t g;
   cf_gen_init(&g, UL_INT32, UL_SUM, ctx->nranks, ctx->seed ^ 77);
   int32_t *in = cf_alloc(ctx, 7 * sizeof(int32_t)), *out = cf_alloc(ctx, 7 * sizeof(int32_t));
-  if (!in || !out) return;
-  cf_fill(&g, ctx->rank, 0, 7, in);
-  cf_poison(out, 7 * sizeof(int32_t));
+  if (!in || !out || cf_fill(ctx, &g, ctx->rank, 0, 7, in) ||
+      cf_poison(ctx, out, 7 * sizeof(int32_t)))
+    return;
   if (cf_check_rc(ctx, ul_allreduce(in, out, 7, UL_INT32, UL_SUM, ctx->comm, NULL),
                   "valid ul_allreduce after the rejected call"))
     return;
@@ -115,8 +115,7 @@ static void errors_coll(cf_ctx_t *ctx, int e) {
   /* one poisoned arena holds every buffer, so "nothing changed" is one check */
   size_t arena_bytes = big * 8 * (size_t)n;
   unsigned char *arena = cf_alloc(ctx, arena_bytes);
-  if (!arena) return;
-  cf_poison(arena, arena_bytes);
+  if (!arena || cf_poison(ctx, arena, arena_bytes)) return;
   unsigned char *a = arena, *b = arena + arena_bytes / 2;
   switch (e) {
   case E_NULL_SEND:
@@ -186,8 +185,7 @@ static void errors_coll(cf_ctx_t *ctx, int e) {
 static void errors_p2p(cf_ctx_t *ctx, int e) {
   int n = ctx->nranks, r = ctx->rank;
   unsigned char *buf = cf_alloc(ctx, 64);
-  if (!buf) return;
-  cf_poison(buf, 64);
+  if (!buf || cf_poison(ctx, buf, 64)) return;
   switch (e) {
   case E_SEND_PEER_NEG:
     ECALL(ul_send(buf, 7, UL_INT32, -1, ctx->comm, NULL), "ul_send(peer -1)", ctx->comm);
@@ -206,17 +204,13 @@ static void errors_p2p(cf_ctx_t *ctx, int e) {
 static void errors_onesided(cf_ctx_t *ctx, int e) {
   int n = ctx->nranks, r = ctx->rank, next = (r + 1) % n;
   const size_t W = 256;
-  void *base = NULL;
   ul_window_t win = NULL;
-  if (cf_check_rc(ctx, ul_mem_alloc(ctx->comm, W, &base), "ul_mem_alloc")) return;
-  cf_poison(base, W);
-  if (cf_check_rc(ctx, ul_window_register(ctx->comm, base, W, &win), "ul_window_register")) {
-    ul_mem_free(ctx->comm, base);
-    return;
-  }
+  /* window memory from ul_mem_alloc, released by cf_free_all after the case */
+  void *base = cf_alloc_window(ctx, W);
+  if (!base || cf_poison(ctx, base, W)) return;
+  if (cf_check_rc(ctx, ul_window_register(ctx->comm, base, W, &win), "ul_window_register")) return;
   unsigned char *local = cf_alloc(ctx, 64);
-  if (local) {
-    cf_poison(local, 64);
+  if (local && !cf_poison(ctx, local, 64)) {
     switch (e) {
     case E_PUT_RANGE:
       ECALL(ul_put(local, 16, next, win, W - 8, NULL), "ul_put(offset+bytes past the window)", ctx->comm);
@@ -243,21 +237,18 @@ static void errors_onesided(cf_ctx_t *ctx, int e) {
     cf_check_poison(ctx, "local buffer passed to the rejected call", local, 64);
     /* the window must still work, and nobody's rejected put may have landed in it */
     int32_t v = r;
-    memcpy(local, &v, sizeof v);
-    if (ctx->status != CF_FAIL &&
+    if (ctx->status != CF_FAIL && !cf_write(ctx, local, &v, sizeof v) &&
         !cf_check_rc(ctx, ul_put(local, sizeof v, next, win, W - sizeof v, NULL), "valid ul_put") &&
         !cf_check_rc(ctx, ul_signal(next, win, 0, NULL), "valid ul_signal") &&
         !cf_check_rc(ctx, ul_wait_signal(win, 0, 1, NULL), "valid ul_wait_signal")) {
-      int32_t got;
-      memcpy(&got, (char *)base + W - sizeof v, sizeof got);
-      if (got != (r + n - 1) % n)
+      int32_t got = 0;
+      if (!cf_load(ctx, &got, (char *)base + W - sizeof v, sizeof got) && got != (r + n - 1) % n)
         cf_fail(ctx, "rank %d: valid put after rejected calls delivered %d, expected %d", r,
                 (int)got, (r + n - 1) % n);
       cf_check_poison(ctx, "own window (rejected puts must not land)", base, W - sizeof v);
     }
   }
   cf_check_rc(ctx, ul_window_deregister(win), "ul_window_deregister");
-  ul_mem_free(ctx->comm, base);
 }
 
 void cf_case_errors(cf_ctx_t *ctx) {

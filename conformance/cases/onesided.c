@@ -29,27 +29,25 @@ typedef struct os_win {
   ul_window_t win;
 } os_win_t;
 
-/* `init` fills the local window before registration: registration is collective, so no
- * peer can touch it earlier. */
+/* `g` fills the local window before registration (registration is collective, so no
+ * peer can touch it earlier); without it the window is poisoned. The memory is from
+ * ul_mem_alloc (cf_alloc_window), staged through its host shadow and released by
+ * cf_free_all after the case. */
 static int os_open(cf_ctx_t *ctx, os_win_t *w, size_t size, const cf_gen_t *g) {
   w->size = size;
   w->base = NULL;
   w->win = NULL;
-  if (cf_check_rc(ctx, ul_mem_alloc(ctx->comm, size, &w->base), "ul_mem_alloc")) return -1;
-  if (g) cf_fill(g, ctx->rank, 0, size, w->base);
-  else cf_poison(w->base, size);
+  w->base = cf_alloc_window(ctx, size);
+  if (!w->base) return -1;
+  if (g ? cf_fill(ctx, g, ctx->rank, 0, size, w->base) : cf_poison(ctx, w->base, size)) return -1;
   if (cf_check_rc(ctx, ul_window_register(ctx->comm, w->base, size, &w->win),
-                  "ul_window_register")) {
-    ul_mem_free(ctx->comm, w->base);
-    w->base = NULL;
+                  "ul_window_register"))
     return -1;
-  }
   return 0;
 }
 
 static void os_close(cf_ctx_t *ctx, os_win_t *w) {
   if (w->win) cf_check_rc(ctx, ul_window_deregister(w->win), "ul_window_deregister");
-  if (w->base) ul_mem_free(ctx->comm, w->base);
 }
 
 void cf_case_onesided(cf_ctx_t *ctx) {
@@ -66,8 +64,7 @@ void cf_case_onesided(cf_ctx_t *ctx) {
     size_t size = chunk * (size_t)n;
     if (os_open(ctx, &w, size, NULL)) return;
     unsigned char *src = cf_alloc(ctx, chunk);
-    if (src) {
-      cf_fill(&g, r, 0, chunk, src);
+    if (src && !cf_fill(ctx, &g, r, 0, chunk, src)) {
       if (!cf_check_rc(ctx, ul_put(src, chunk, next, w.win, (size_t)r * chunk, NULL), "ul_put") &&
           !cf_check_rc(ctx, ul_signal(next, w.win, 0, NULL), "ul_signal") &&
           !cf_check_rc(ctx, ul_wait_signal(w.win, 0, 1, NULL), "ul_wait_signal")) {
@@ -86,9 +83,7 @@ void cf_case_onesided(cf_ctx_t *ctx) {
     size_t size = chunk * (size_t)n;
     if (os_open(ctx, &w, size, &g)) return;
     unsigned char *dst = cf_alloc(ctx, size), *last = cf_alloc(ctx, chunk);
-    if (dst && last) {
-      cf_poison(dst, size);
-      cf_poison(last, chunk);
+    if (dst && last && !cf_poison(ctx, dst, size) && !cf_poison(ctx, last, chunk)) {
       cf_exp_t x = {.g = &g, .rank = next};
       if (!cf_check_rc(ctx, ul_get(dst, size, next, w.win, 0, NULL), "ul_get (whole window)"))
         cf_verify(ctx, "whole window read from the next rank", dst, size, UL_UINT8, cf_exp_input,

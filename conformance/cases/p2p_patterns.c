@@ -50,8 +50,7 @@ void cf_case_p2p(cf_ctx_t *ctx) {
     int to = in->variant == CF_P2P_RING ? next : r, from = in->variant == CF_P2P_RING ? prev : r;
     void *s = cf_alloc(ctx, cnt * sz), *d = cf_alloc(ctx, cnt * sz);
     if (!s || !d) return;
-    cf_fill(&g, r, 0, cnt, s);
-    cf_poison(d, cnt * sz);
+    if (cf_fill(ctx, &g, r, 0, cnt, s) || cf_poison(ctx, d, cnt * sz)) return;
     if (p2p_rc(ctx, ul_group_start(), "ul_group_start")) return;
     ul_result_t rs = ul_send(s, cnt, dt, to, ctx->comm, NULL);
     ul_result_t rr = ul_recv(d, cnt, dt, from, ctx->comm, NULL);
@@ -69,8 +68,7 @@ void cf_case_p2p(cf_ctx_t *ctx) {
     size_t total = cnt * (size_t)n;
     void *s = cf_alloc(ctx, total * sz), *d = cf_alloc(ctx, total * sz);
     if (!s || !d) return;
-    cf_fill(&g, r, 0, total, s);
-    cf_poison(d, total * sz);
+    if (cf_fill(ctx, &g, r, 0, total, s) || cf_poison(ctx, d, total * sz)) return;
     if (p2p_rc(ctx, ul_group_start(), "ul_group_start")) return;
     ul_result_t rc = UL_OK;
     /* peers in a rank-dependent order: matching must not depend on issue order across peers */
@@ -91,7 +89,7 @@ void cf_case_p2p(cf_ctx_t *ctx) {
      * which must stay untouched */
     void *d = cf_alloc(ctx, 16);
     if (!d) return;
-    cf_poison(d, 16);
+    if (cf_poison(ctx, d, 16)) return;
     if (p2p_rc(ctx, ul_group_start(), "ul_group_start")) return;
     ul_result_t r1 = ul_send(NULL, 0, dt, next, ctx->comm, NULL);
     ul_result_t r2 = ul_recv(NULL, 0, dt, prev, ctx->comm, NULL);
@@ -109,8 +107,7 @@ void cf_case_p2p(cf_ctx_t *ctx) {
     /* ungrouped: each call is its own group; rank 1 echoes what rank 0 sent */
     void *s = cf_alloc(ctx, cnt * sz), *d = cf_alloc(ctx, cnt * sz);
     if (!s || !d) return;
-    cf_fill(&g, 0, 0, cnt, s);
-    cf_poison(d, cnt * sz);
+    if (cf_fill(ctx, &g, 0, 0, cnt, s) || cf_poison(ctx, d, cnt * sz)) return;
     if (r == 0) {
       if (p2p_rc(ctx, ul_send(s, cnt, dt, 1, ctx->comm, NULL), "ul_send") ||
           p2p_rc(ctx, ul_recv(d, cnt, dt, 1, ctx->comm, NULL), "ul_recv"))

@@ -51,34 +51,37 @@ void cf_case_split(cf_ctx_t *ctx) {
     cf_fail(ctx, "rank %d (color %d, key %d): new communicator says rank %d of %d, expected %d of %d",
             r, color, key, nr, ns, want, nm);
   } else {
-    /* buffers from cf_alloc: device-memory backends get ul_mem_alloc memory */
+    /* buffers from cf_alloc (device memory on device-memory backends), staged through
+     * their host shadows; staging copies go through ctx->comm, the buffers' owner */
     int32_t *all = cf_alloc(ctx, sizeof(int32_t) * (size_t)nm), *v = cf_alloc(ctx, 8);
-    if (all && v) {
-      cf_poison(all, sizeof(int32_t) * (size_t)nm);
-      v[0] = r;
+    int32_t mine[2] = {r, 0}, got[CF_MAX_RANKS];
+    if (all && v && !cf_poison(ctx, all, sizeof(int32_t) * (size_t)nm) &&
+        !cf_write(ctx, v, mine, sizeof mine)) {
       ul_result_t rc = ul_allgather(&v[0], all, 1, UL_INT32, nc, NULL);
       if (rc != UL_OK) {
         cf_fail(ctx, "rank %d: ul_allgather on the split communicator returned %s: %s", r,
                 ul_result_name(rc), ul_comm_last_error(nc));
-      } else {
+      } else if (!cf_load(ctx, got, all, sizeof(int32_t) * (size_t)nm)) {
         for (int k = 0; k < nm; k++)
-          if (all[k] != members[k]) {
+          if (got[k] != members[k]) {
             cf_fail(ctx, "rank %d: split communicator rank %d is old rank %d, expected old rank %d",
-                    r, k, (int)all[k], members[k]);
+                    r, k, (int)got[k], members[k]);
             break;
           }
       }
       int32_t exp = 0;
       for (int k = 0; k < nm; k++) exp += members[k] + 1;
-      v[0] = r + 1;
-      v[1] = 0;
-      rc = ul_allreduce(&v[0], &v[1], 1, UL_INT32, UL_SUM, nc, NULL);
-      if (rc != UL_OK)
-        cf_fail(ctx, "rank %d: ul_allreduce on the split communicator returned %s: %s", r,
-                ul_result_name(rc), ul_comm_last_error(nc));
-      else if (v[1] != exp)
-        cf_fail(ctx, "rank %d: allreduce over the split communicator gave %d, expected %d", r,
-                (int)v[1], (int)exp);
+      mine[0] = r + 1;
+      mine[1] = 0;
+      if (!cf_write(ctx, v, mine, sizeof mine)) {
+        rc = ul_allreduce(&v[0], &v[1], 1, UL_INT32, UL_SUM, nc, NULL);
+        if (rc != UL_OK)
+          cf_fail(ctx, "rank %d: ul_allreduce on the split communicator returned %s: %s", r,
+                  ul_result_name(rc), ul_comm_last_error(nc));
+        else if (!cf_load(ctx, &mine[1], &v[1], sizeof mine[1]) && mine[1] != exp)
+          cf_fail(ctx, "rank %d: allreduce over the split communicator gave %d, expected %d", r,
+                  (int)mine[1], (int)exp);
+      }
     }
   }
   if (ul_comm_finalize(nc) != UL_OK) {

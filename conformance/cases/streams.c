@@ -24,24 +24,22 @@ static void streams_two(cf_ctx_t *ctx) {
   void *c_buf = cf_alloc(ctx, cc), *d_in = cf_alloc(ctx, cd * 4);
   void *d_out = cf_alloc(ctx, cd * 4 * (size_t)n);
   if (a_in && a_out && b_in && b_out && c_buf && d_in && d_out) {
-    cf_fill(&ga, r, 0, ca, a_in);
-    cf_fill(&gb, r, 0, cb, b_in);
-    cf_fill(&gd, r, 0, cd, d_in);
-    cf_poison(a_out, ca * 4);
-    cf_poison(b_out, cb * 4);
-    cf_poison(d_out, cd * 4 * (size_t)n);
+    /* staged with NULL-stream copies: complete before anything is enqueued */
     int root = n - 1;
-    if (r == root) cf_fill(&gc, root, 0, cc, c_buf);
-    else cf_poison(c_buf, cc);
+    int ok = !cf_fill(ctx, &ga, r, 0, ca, a_in) && !cf_fill(ctx, &gb, r, 0, cb, b_in) &&
+             !cf_fill(ctx, &gd, r, 0, cd, d_in) && !cf_poison(ctx, a_out, ca * 4) &&
+             !cf_poison(ctx, b_out, cb * 4) && !cf_poison(ctx, d_out, cd * 4 * (size_t)n) &&
+             !(r == root ? cf_fill(ctx, &gc, root, 0, cc, c_buf) : cf_poison(ctx, c_buf, cc));
     /* enqueue everything before waiting for anything */
-    int ok = !cf_check_rc(ctx, ul_allreduce(a_in, a_out, ca, UL_INT32, UL_SUM, ctx->comm, s1),
-                          "ul_allreduce on stream 1") &&
-             !cf_check_rc(ctx, ul_broadcast(c_buf, c_buf, cc, UL_UINT8, root, ctx->comm, s2),
-                          "ul_broadcast on stream 2") &&
-             !cf_check_rc(ctx, ul_allreduce(b_in, b_out, cb, UL_FP32, UL_SUM, ctx->comm, s1),
-                          "second ul_allreduce on stream 1") &&
-             !cf_check_rc(ctx, ul_allgather(d_in, d_out, cd, UL_INT32, ctx->comm, s2),
-                          "ul_allgather on stream 2");
+    ok = ok &&
+         !cf_check_rc(ctx, ul_allreduce(a_in, a_out, ca, UL_INT32, UL_SUM, ctx->comm, s1),
+                      "ul_allreduce on stream 1") &&
+         !cf_check_rc(ctx, ul_broadcast(c_buf, c_buf, cc, UL_UINT8, root, ctx->comm, s2),
+                      "ul_broadcast on stream 2") &&
+         !cf_check_rc(ctx, ul_allreduce(b_in, b_out, cb, UL_FP32, UL_SUM, ctx->comm, s1),
+                      "second ul_allreduce on stream 1") &&
+         !cf_check_rc(ctx, ul_allgather(d_in, d_out, cd, UL_INT32, ctx->comm, s2),
+                      "ul_allgather on stream 2");
     ul_result_t r1 = ul_stream_synchronize(s1), r2 = ul_stream_synchronize(s2);
     if (ok && !cf_check_rc(ctx, r1, "ul_stream_synchronize(1)") &&
         !cf_check_rc(ctx, r2, "ul_stream_synchronize(2)")) {
@@ -49,6 +47,7 @@ static void streams_two(cf_ctx_t *ctx) {
       if (q1 != UL_OK || q2 != UL_OK)
         cf_fail(ctx, "rank %d: ul_stream_query after synchronize returned %s / %s", r,
                 ul_result_name(q1), ul_result_name(q2));
+      /* results are copied back only now, after both streams are synchronized */
       cf_exp_t xa = {.g = &ga}, xb = {.g = &gb}, xc = {.g = &gc, .rank = root},
                xd = {.g = &gd, .blk = cd};
       cf_verify(ctx, "stream 1 allreduce int32 recvbuf", a_out, ca, UL_INT32, cf_exp_reduce, &xa, 0);
@@ -77,8 +76,7 @@ static void streams_ordered(cf_ctx_t *ctx) {
   g.hi = 1000;
   void *buf = cf_alloc(ctx, cnt * 4);
   if (buf) {
-    cf_fill(&g, r, 0, cnt, buf);
-    int ok = 1;
+    int ok = !cf_fill(ctx, &g, r, 0, cnt, buf);
     for (int k = 0; k < 3 && ok; k++)
       ok = !cf_check_rc(ctx, ul_allreduce(buf, buf, cnt, UL_INT32, UL_SUM, ctx->comm, s),
                         "ul_allreduce (in place, on a stream)");

@@ -75,8 +75,11 @@ typedef struct cf_ctx {
   cf_status_t status;
   char msg[CF_MSG];
   int broken;       /* communicator must be rebuilt before the next case */
-  /* buffers to release after the case */
+  /* buffers to release after the case; each has a host shadow of the same size (the
+   * buffer may be device memory the CPU must not touch: see cf_read/cf_upload) */
   void *bufs[16];
+  unsigned char *shadow[16];
+  size_t size[16];
   int nbufs;
   int ul_mem[16];
 } cf_ctx_t;
@@ -132,24 +135,43 @@ void cf_gen_init(cf_gen_t *g, ul_dtype_t dtype, int op, int nranks, uint64_t see
 void cf_gen_elem(const cf_gen_t *g, int rank, size_t index, void *out);
 /* Reduction input as a double (exactly representable in dtype). */
 double cf_gen_value(const cf_gen_t *g, int rank, size_t index);
-/* Fill buf[0..count) with elements index0.. of rank. */
-void cf_fill(const cf_gen_t *g, int rank, size_t index0, size_t count, void *buf);
+/* Host memory host[0..count) gets elements index0.. of rank (cf_fill stages it). */
+void cf_gen_fill(const cf_gen_t *g, int rank, size_t index0, size_t count, void *host);
 /* Reference reduction over all ranks of element `index`, in double. */
 double cf_ref_reduce(const cf_gen_t *g, size_t index);
 
 /* Expected element at position i of a result buffer. */
 typedef void (*cf_expect_fn)(void *arg, size_t i, void *elem);
-/* Compare got[0..count) bit for bit against expect(); with `tol` > 0 (avg on floats) an
- * element passes when |got - expected| <= tol. First mismatch -> FAIL in ctx (rank,
- * buffer, index, expected, got). Returns 0 on match. */
+/* Copy got[0..count) (a cf_alloc buffer) back and compare it bit for bit against
+ * expect(); with `tol` > 0 (avg on floats) an element passes when |got - expected| <= tol.
+ * First mismatch -> FAIL in ctx (rank, buffer, index, expected, got). Returns 0 on match. */
 int cf_verify(cf_ctx_t *ctx, const char *what, const void *got, size_t count, ul_dtype_t dt,
               cf_expect_fn expect, void *arg, double tol);
 /* Tolerance for avg of this generator (0 = exact). */
 double cf_avg_tolerance(const cf_gen_t *g);
 
-/* Buffers: count*dtype bytes plus a poisoned guard; released after the case. */
-void *cf_alloc(cf_ctx_t *ctx, size_t bytes);
-void cf_poison(void *p, size_t bytes);
+/* Buffers: count*dtype bytes plus a poisoned guard; released after the case.
+ *
+ * Every buffer the harness gives to the library may be device memory (ul_mem_alloc on a
+ * GPU backend), which the CPU must never load or store. So each buffer has a host shadow
+ * of the same size: inputs are written into the shadow and copied in with ul_mem_copy,
+ * results are copied back into the shadow with ul_mem_copy and checked there. The same
+ * path serves malloc buffers (on host backends ul_mem_copy is a memcpy). Pointers into a
+ * buffer (a slot, an offset) are accepted everywhere a buffer is. A failed staging copy
+ * is a FAIL of the case; the functions below then return -1 / NULL. */
+void *cf_alloc(cf_ctx_t *ctx, size_t bytes);        /* ul_mem_alloc or malloc, per --mem */
+void *cf_alloc_window(cf_ctx_t *ctx, size_t bytes); /* always ul_mem_alloc (windows) */
+/* Seeded inputs: elements index0.. of rank, written to buf[0..count) through the shadow. */
+int cf_fill(cf_ctx_t *ctx, const cf_gen_t *g, int rank, size_t index0, size_t count, void *buf);
+/* `bytes` host bytes from src into the buffer at p. */
+int cf_write(cf_ctx_t *ctx, void *p, const void *src, size_t bytes);
+/* Copy [p, p+bytes) back; returns its host shadow (valid until the next staging of that
+ * range), or NULL after a FAIL. */
+const void *cf_read(cf_ctx_t *ctx, const void *p, size_t bytes);
+/* Copy [p, p+bytes) back into host memory at dst. */
+int cf_load(cf_ctx_t *ctx, void *dst, const void *p, size_t bytes);
+/* Set [p, p+bytes) to CF_POISON (ul_mem_set). */
+int cf_poison(cf_ctx_t *ctx, void *p, size_t bytes);
 int cf_check_poison(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes);
 int cf_check_guard(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes);
 void cf_free_all(cf_ctx_t *ctx);

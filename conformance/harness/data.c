@@ -199,9 +199,9 @@ void cf_gen_elem(const cf_gen_t *g, int rank, size_t index, void *out) {
   memcpy(out, b, sz);
 }
 
-void cf_fill(const cf_gen_t *g, int rank, size_t index0, size_t count, void *buf) {
+void cf_gen_fill(const cf_gen_t *g, int rank, size_t index0, size_t count, void *host) {
   size_t sz = ul_dtype_size(g->dtype);
-  unsigned char *p = buf;
+  unsigned char *p = host;
   for (size_t i = 0; i < count; i++) cf_gen_elem(g, rank, index0 + i, p + i * sz);
 }
 
@@ -247,7 +247,8 @@ static void cf_fmt_elem(char *out, size_t len, ul_dtype_t dt, const void *p) {
 int cf_verify(cf_ctx_t *ctx, const char *what, const void *got, size_t count, ul_dtype_t dt,
               cf_expect_fn expect, void *arg, double tol) {
   size_t sz = ul_dtype_size(dt);
-  const unsigned char *g = got;
+  const unsigned char *g = cf_read(ctx, got, count * sz);
+  if (!g) return -1;
   unsigned char e[8], first_e[8];
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < count; i++) {
@@ -272,12 +273,74 @@ int cf_verify(cf_ctx_t *ctx, const char *what, const void *got, size_t count, ul
 }
 
 /* ------------------------------------------------------------- buffers */
-void cf_poison(void *p, size_t bytes) {
-  if (p && bytes) memset(p, CF_POISON, bytes);
+/* The buffer holding [p, p+bytes), or -1 (a harness bug: FAIL, never a CPU access). */
+static int cf_buf_of(cf_ctx_t *ctx, const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < ctx->nbufs; i++) {
+    uintptr_t base = (uintptr_t)ctx->bufs[i];
+    if (a >= base && a - base <= ctx->size[i] && bytes <= ctx->size[i] - (a - base)) return i;
+  }
+  cf_fail(ctx, "rank %d: harness error: %zu bytes at %p are not inside a cf_alloc buffer",
+          ctx->rank, bytes, p);
+  return -1;
+}
+
+static unsigned char *cf_shadow_of(cf_ctx_t *ctx, const void *p, size_t bytes) {
+  int i = cf_buf_of(ctx, p, bytes);
+  return i < 0 ? NULL : ctx->shadow[i] + ((uintptr_t)p - (uintptr_t)ctx->bufs[i]);
+}
+
+/* Shadow -> buffer. NULL stream: the copy is complete when ul_mem_copy returns. */
+static int cf_upload(cf_ctx_t *ctx, void *p, const unsigned char *host, size_t bytes) {
+  return cf_check_rc(ctx, ul_mem_copy(p, host, bytes, ctx->comm, NULL),
+                     "ul_mem_copy (harness: staging host data into a buffer)");
+}
+
+int cf_fill(cf_ctx_t *ctx, const cf_gen_t *g, int rank, size_t index0, size_t count, void *buf) {
+  size_t bytes = count * ul_dtype_size(g->dtype);
+  if (!bytes) return 0;
+  unsigned char *h = cf_shadow_of(ctx, buf, bytes);
+  if (!h) return -1;
+  cf_gen_fill(g, rank, index0, count, h);
+  return cf_upload(ctx, buf, h, bytes);
+}
+
+int cf_write(cf_ctx_t *ctx, void *p, const void *src, size_t bytes) {
+  if (!bytes) return 0;
+  unsigned char *h = cf_shadow_of(ctx, p, bytes);
+  if (!h) return -1;
+  memcpy(h, src, bytes);
+  return cf_upload(ctx, p, h, bytes);
+}
+
+const void *cf_read(cf_ctx_t *ctx, const void *p, size_t bytes) {
+  static const unsigned char none[8];
+  if (!bytes) return none;
+  unsigned char *h = cf_shadow_of(ctx, p, bytes);
+  if (!h) return NULL;
+  if (cf_check_rc(ctx, ul_mem_copy(h, p, bytes, ctx->comm, NULL),
+                  "ul_mem_copy (harness: copying a buffer back to check it)"))
+    return NULL;
+  return h;
+}
+
+int cf_load(cf_ctx_t *ctx, void *dst, const void *p, size_t bytes) {
+  const void *h = cf_read(ctx, p, bytes);
+  if (!h) return -1;
+  if (bytes) memcpy(dst, h, bytes);
+  return 0;
+}
+
+int cf_poison(cf_ctx_t *ctx, void *p, size_t bytes) {
+  if (!p || !bytes) return 0;
+  if (cf_buf_of(ctx, p, bytes) < 0) return -1;
+  return cf_check_rc(ctx, ul_mem_set(p, CF_POISON, bytes, ctx->comm, NULL),
+                     "ul_mem_set (harness: poisoning a buffer)");
 }
 
 int cf_check_poison(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes) {
-  const unsigned char *b = p;
+  const unsigned char *b = cf_read(ctx, p, bytes);
+  if (!b) return -1;
   for (size_t i = 0; i < bytes; i++)
     if (b[i] != CF_POISON) {
       cf_fail(ctx, "rank %d, %s byte %zu was modified (0x%02x, expected untouched 0x%02x)",
@@ -288,7 +351,8 @@ int cf_check_poison(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes
 }
 
 int cf_check_guard(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes) {
-  const unsigned char *b = (const unsigned char *)p + bytes;
+  const unsigned char *b = cf_read(ctx, (const unsigned char *)p + bytes, CF_GUARD);
+  if (!b) return -1;
   for (size_t i = 0; i < CF_GUARD; i++)
     if (b[i] != CF_POISON) {
       cf_fail(ctx, "rank %d, %s: write past the end (byte %zu after the last element)",
@@ -298,31 +362,44 @@ int cf_check_guard(cf_ctx_t *ctx, const char *what, const void *p, size_t bytes)
   return 0;
 }
 
-void *cf_alloc(cf_ctx_t *ctx, size_t bytes) {
-  if (ctx->nbufs >= (int)(sizeof(ctx->bufs) / sizeof(ctx->bufs[0]))) return NULL;
+static void *cf_alloc_mem(cf_ctx_t *ctx, size_t bytes, int ulm) {
+  if (ctx->nbufs >= (int)(sizeof(ctx->bufs) / sizeof(ctx->bufs[0]))) {
+    cf_fail(ctx, "rank %d: harness error: more than %d buffers in one case", ctx->rank,
+            (int)(sizeof(ctx->bufs) / sizeof(ctx->bufs[0])));
+    return NULL;
+  }
   size_t total = (bytes + CF_GUARD + 63) & ~(size_t)63;
   void *p = NULL;
-  int ulm = 0;
-  if (ctx->opts->use_ul_mem) {
-    if (ul_mem_alloc(ctx->comm, total, &p) != UL_OK) p = NULL;
-    ulm = 1;
-  } else {
-    p = aligned_alloc(64, total);
+  unsigned char *h = malloc(total);
+  if (h) {
+    if (ulm) {
+      if (ul_mem_alloc(ctx->comm, total, &p) != UL_OK) p = NULL;
+    } else {
+      p = aligned_alloc(64, total);
+    }
   }
   if (!p) {
+    free(h);
     cf_fail(ctx, "rank %d: harness could not allocate %zu bytes", ctx->rank, total);
     return NULL;
   }
-  memset((char *)p + bytes, CF_POISON, CF_GUARD);
   ctx->ul_mem[ctx->nbufs] = ulm;
+  ctx->shadow[ctx->nbufs] = h;
+  ctx->size[ctx->nbufs] = total;
   ctx->bufs[ctx->nbufs++] = p;
+  if (cf_poison(ctx, (char *)p + bytes, CF_GUARD)) return NULL; /* freed by cf_free_all */
   return p;
 }
+
+void *cf_alloc(cf_ctx_t *ctx, size_t bytes) { return cf_alloc_mem(ctx, bytes, ctx->opts->use_ul_mem); }
+
+void *cf_alloc_window(cf_ctx_t *ctx, size_t bytes) { return cf_alloc_mem(ctx, bytes, 1); }
 
 void cf_free_all(cf_ctx_t *ctx) {
   for (int i = 0; i < ctx->nbufs; i++) {
     if (ctx->ul_mem[i]) ul_mem_free(ctx->comm, ctx->bufs[i]);
     else free(ctx->bufs[i]);
+    free(ctx->shadow[i]);
   }
   ctx->nbufs = 0;
 }
