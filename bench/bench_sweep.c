@@ -327,12 +327,25 @@ typedef struct bench_thread {
 /* Issue one operation on all ranks of this thread; with streams, optionally wait. */
 static int bench_issue(bench_thread_t *T, int wait) {
   bench_run_t *r = T->r;
+  /* Several ranks per thread (-g): one group, as nccl-tests does, so a backend whose
+   * calls wait on the host (the generic layer on device streams) progresses them
+   * together instead of blocking in the first rank's call. */
+  if (r->ngpus > 1) ul_group_start();
   for (int g = 0; g < r->ngpus; g++) {
     ul_result_t rc = bench_call_run(&T->calls[g]);
     if (rc != UL_OK) {
+      if (r->ngpus > 1) ul_group_end();
       bench_fail(r, rc, "%s on rank %d (%s): %s: %s", bench_op_name(T->calls[g].op),
                  T->calls[g].rank, r->backend, ul_result_name(rc),
                  ul_comm_last_error(T->calls[g].comm));
+      return -1;
+    }
+  }
+  if (r->ngpus > 1) {
+    ul_result_t rc = ul_group_end();
+    if (rc != UL_OK) {
+      bench_fail(r, rc, "%s group of %d ranks (%s): %s: %s", bench_op_name(T->calls[0].op),
+                 r->ngpus, r->backend, ul_result_name(rc), ul_last_error());
       return -1;
     }
   }
