@@ -38,17 +38,28 @@ Test(nccl_map, op_table, .timeout = 10) {
   cr_assert_eq(o, ncclSum);
 }
 
-Test(nccl_map, fp8_needs_sm90_and_nccl_2_24, .timeout = 10) {
-  char why[160];
+/* L1: fp8 data movement runs on every GPU; only fp8 reductions need sm90 (on every rank:
+ * the backend passes the communicator's oldest GPU), and NCCL >= 2.24. */
+Test(nccl_map, fp8_moves_anywhere_reduces_on_sm90, .timeout = 10) {
+  char why[200];
   cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E4M3, 22809, 9, why, sizeof why), UL_OK);
   cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E5M2, 22809, 10, why, sizeof why), UL_OK);
-  cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E4M3, 22809, 8, why, sizeof why), UL_ERR_UNSUPPORTED);
+  cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E4M3, 22809, 8, why, sizeof why), UL_OK);
+  cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E5M2, 22809, 7, why, sizeof why), UL_OK);
+  cr_assert_eq(ulnccl_reduction_supported(UL_FP8_E4M3, UL_SUM, 22809, 9, why, sizeof why), UL_OK);
+  cr_assert_eq(ulnccl_reduction_supported(UL_FP8_E4M3, UL_SUM, 22809, 8, why, sizeof why),
+               UL_ERR_UNSUPPORTED);
   cr_assert(strstr(why, "compute capability 9.0") != NULL, "why: %s", why);
   cr_assert(strstr(why, "sm8") != NULL, "why: %s", why);
+  cr_assert(strstr(why, "data movement works") != NULL, "why: %s", why);
+  cr_assert_eq(ulnccl_reduction_supported(UL_FP8_E5M2, UL_MAX, 22809, 7, why, sizeof why),
+               UL_ERR_UNSUPPORTED);
   cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E5M2, 22305, 9, why, sizeof why), UL_ERR_UNSUPPORTED);
   cr_assert(strstr(why, "2.24") != NULL, "why: %s", why);
+  cr_assert_eq(ulnccl_reduction_supported(UL_FP8_E5M2, UL_SUM, 22305, 9, why, sizeof why),
+               UL_ERR_UNSUPPORTED);
   /* device unknown: only the library version decides */
-  cr_assert_eq(ulnccl_dtype_supported(UL_FP8_E4M3, 22809, 0, why, sizeof why), UL_OK);
+  cr_assert_eq(ulnccl_reduction_supported(UL_FP8_E4M3, UL_SUM, 22809, 0, why, sizeof why), UL_OK);
   cr_assert_eq(ulnccl_dtype_supported(UL_BF16, 20907, 8, why, sizeof why), UL_ERR_UNSUPPORTED);
   cr_assert_eq(ulnccl_dtype_supported(UL_BF16, 21000, 8, why, sizeof why), UL_OK);
   cr_assert_eq(ulnccl_dtype_supported(UL_FP32, 20000, 7, why, sizeof why), UL_OK);
@@ -64,8 +75,79 @@ Test(nccl_map, dtype_masks, .timeout = 10) {
   unsigned all = (1u << UL_DTYPE_COUNT) - 1;
   unsigned fp8 = (1u << UL_FP8_E4M3) | (1u << UL_FP8_E5M2);
   cr_assert_eq(ulnccl_dtype_mask(22809, 9), all);
-  cr_assert_eq(ulnccl_dtype_mask(22809, 8), all & ~fp8);
+  cr_assert_eq(ulnccl_dtype_mask(22809, 8), all, "fp8 moves on sm8x");
+  cr_assert_eq(ulnccl_reduce_dtype_mask(22809, 9), all);
+  cr_assert_eq(ulnccl_reduce_dtype_mask(22809, 8), all & ~fp8);
+  cr_assert_eq(ulnccl_dtype_mask(22305, 9), all & ~fp8);
   cr_assert_eq(ulnccl_dtype_mask(20900, 8), all & ~fp8 & ~(1u << UL_BF16));
+}
+
+/* H7: the oldest NCCL the plugin claims, and the sentence for an older one. */
+Test(nccl_map, minimum_version, .timeout = 10) {
+  char why[200];
+  cr_assert_eq(ULNCCL_MIN_VERSION, 21801);
+  cr_assert_eq(ulnccl_version_supported(21801, why, sizeof why), UL_OK);
+  cr_assert_eq(why[0], '\0');
+  cr_assert_eq(ulnccl_version_supported(22809, why, sizeof why), UL_OK);
+  cr_assert_eq(ulnccl_version_supported(21706, why, sizeof why), UL_ERR_UNAVAILABLE);
+  cr_assert_str_eq(why, "this NCCL is 2.17.6; the nccl backend needs NCCL >= 2.18.1");
+}
+
+/* The fp8 enumerators are used only when the header has them (compile guard). */
+Test(nccl_map, fp8_header_guard, .timeout = 10) {
+  cr_assert_eq(ULNCCL_HEADER_HAS_FP8, NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 3));
+}
+
+/* H7 fallback for NCCL < 2.28.3: alltoall/gather/scatter as grouped send/recv. */
+Test(nccl_map, p2p_fallback_plans, .timeout = 10) {
+  ulnccl_p2p_t p[8];
+  char sb[4 * 16] = {0}, rb[4 * 16] = {0};
+  int n = ulnccl_p2p_plan(UL_COLL_ALLTOALL, 1, 3, 0, 16, sb, rb, p);
+  cr_assert_eq(n, 6);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(p[2 * i].is_send, 1);
+    cr_assert_eq(p[2 * i].peer, i);
+    cr_assert_eq(p[2 * i].buf, sb + 16 * i);
+    cr_assert_eq(p[2 * i + 1].is_send, 0);
+    cr_assert_eq(p[2 * i + 1].peer, i);
+    cr_assert_eq(p[2 * i + 1].buf, rb + 16 * i);
+  }
+  /* gather, non-root: one send of its block to the root */
+  n = ulnccl_p2p_plan(UL_COLL_GATHER, 2, 3, 1, 16, sb, rb, p);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(p[0].is_send, 1); cr_assert_eq(p[0].peer, 1); cr_assert_eq(p[0].buf, sb);
+  /* gather, root 1: its own send + one receive per rank into its block */
+  n = ulnccl_p2p_plan(UL_COLL_GATHER, 1, 3, 1, 16, sb, rb, p);
+  cr_assert_eq(n, 4);
+  cr_assert_eq(p[0].is_send, 1); cr_assert_eq(p[0].peer, 1);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(p[1 + i].is_send, 0);
+    cr_assert_eq(p[1 + i].peer, i);
+    cr_assert_eq(p[1 + i].buf, rb + 16 * i);
+  }
+  /* gather in place on the root: nothing moves for its own block */
+  n = ulnccl_p2p_plan(UL_COLL_GATHER, 1, 3, 1, 16, rb + 16, rb, p);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(p[0].peer, 0); cr_assert_eq(p[1].peer, 2);
+  cr_assert_eq(p[0].is_send, 0); cr_assert_eq(p[1].is_send, 0);
+  /* scatter, root 0: one send per rank, then its own receive */
+  n = ulnccl_p2p_plan(UL_COLL_SCATTER, 0, 3, 0, 16, sb, rb, p);
+  cr_assert_eq(n, 4);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(p[i].is_send, 1);
+    cr_assert_eq(p[i].peer, i);
+    cr_assert_eq(p[i].buf, sb + 16 * i);
+  }
+  cr_assert_eq(p[3].is_send, 0); cr_assert_eq(p[3].peer, 0); cr_assert_eq(p[3].buf, rb);
+  /* scatter, non-root: one receive */
+  n = ulnccl_p2p_plan(UL_COLL_SCATTER, 2, 3, 0, 16, NULL, rb, p);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(p[0].is_send, 0); cr_assert_eq(p[0].peer, 0); cr_assert_eq(p[0].buf, rb);
+  /* scatter in place on the root */
+  n = ulnccl_p2p_plan(UL_COLL_SCATTER, 0, 3, 0, 16, sb, sb, p);
+  cr_assert_eq(n, 2);
+  cr_assert_eq(p[0].peer, 1); cr_assert_eq(p[1].peer, 2);
+  cr_assert_eq(ulnccl_p2p_plan(UL_COLL_ALLREDUCE, 0, 3, 0, 16, sb, rb, p), 0);
 }
 
 Test(nccl_map, every_result_code, .timeout = 10) {

@@ -19,8 +19,12 @@ ul_result_t ulnccl_dtype(ul_dtype_t d, ncclDataType_t *out) {
   case UL_BF16: t = ncclBfloat16; break;
   case UL_FP32: t = ncclFloat32; break;
   case UL_FP64: t = ncclFloat64; break;
+#if ULNCCL_HEADER_HAS_FP8
   case UL_FP8_E4M3: t = ncclFloat8e4m3; break;
   case UL_FP8_E5M2: t = ncclFloat8e5m2; break;
+#else
+  case UL_FP8_E4M3: case UL_FP8_E5M2: return UL_ERR_UNSUPPORTED; /* header older than 2.24.3 */
+#endif
   default: return UL_ERR_INVALID_ARG;
   }
   if (out) *out = t;
@@ -41,17 +45,28 @@ ul_result_t ulnccl_op(ul_op_t op, ncclRedOp_t *out) {
   return UL_OK;
 }
 
-#define ULNCCL_V(x, y, z) ((x) * 10000 + (y) * 100 + (z))
-
 /* Local names: this file links into unit tests before the core library. */
 static const char *ulnccl_fp8_name(ul_dtype_t d) {
   return d == UL_FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2";
 }
 
+ul_result_t ulnccl_version_supported(int ver, char *why, size_t why_len) {
+  if (why && why_len) why[0] = '\0';
+  if (ver >= ULNCCL_MIN_VERSION) return UL_OK;
+  if (why)
+    snprintf(why, why_len, "this NCCL is %d.%d.%d; the nccl backend needs NCCL >= %d.%d.%d",
+             ver / 10000, (ver / 100) % 100, ver % 100, ULNCCL_MIN_VERSION / 10000,
+             (ULNCCL_MIN_VERSION / 100) % 100, ULNCCL_MIN_VERSION % 100);
+  return UL_ERR_UNAVAILABLE;
+}
+
 ul_result_t ulnccl_dtype_supported(ul_dtype_t d, int ver, int sm_major, char *why,
                                    size_t why_len) {
+  (void)sm_major; /* data movement of every dtype runs on every GPU (NCCL checks sm for
+                     fp8 reductions only) */
   if (why && why_len) why[0] = '\0';
-  if (ulnccl_dtype(d, NULL) != UL_OK) {
+  ul_result_t m = ulnccl_dtype(d, NULL);
+  if (m == UL_ERR_INVALID_ARG) {
     if (why) snprintf(why, why_len, "unknown dtype %d", (int)d);
     return UL_ERR_INVALID_ARG;
   }
@@ -60,15 +75,14 @@ ul_result_t ulnccl_dtype_supported(ul_dtype_t d, int ver, int sm_major, char *wh
     return UL_ERR_UNSUPPORTED;
   }
   if (d == UL_FP8_E4M3 || d == UL_FP8_E5M2) {
+    if (m != UL_OK) {
+      if (why) snprintf(why, why_len, "%s needs a unilink built against NCCL >= 2.24.3 headers",
+                        ulnccl_fp8_name(d));
+      return UL_ERR_UNSUPPORTED;
+    }
     if (ver < ULNCCL_V(2, 24, 0)) {
       if (why) snprintf(why, why_len, "%s needs NCCL >= 2.24 (this NCCL is %d)",
                         ulnccl_fp8_name(d), ver);
-      return UL_ERR_UNSUPPORTED;
-    }
-    if (sm_major > 0 && sm_major < 9) {
-      if (why) snprintf(why, why_len,
-                        "%s needs a GPU of compute capability 9.0 or newer (this one is sm%d x)",
-                        ulnccl_fp8_name(d), sm_major);
       return UL_ERR_UNSUPPORTED;
     }
   }
@@ -87,6 +101,14 @@ ul_result_t ulnccl_reduction_supported(ul_dtype_t d, ul_op_t op, int ver, int sm
     if (why) snprintf(why, why_len, "avg needs NCCL >= 2.10 (this NCCL is %d)", ver);
     return UL_ERR_UNSUPPORTED;
   }
+  /* NCCL refuses fp8 reductions when any rank's GPU is older than sm90. */
+  if ((d == UL_FP8_E4M3 || d == UL_FP8_E5M2) && sm_major > 0 && sm_major < 9) {
+    if (why) snprintf(why, why_len,
+                      "%s reductions need GPUs of compute capability 9.0 or newer (the oldest "
+                      "GPU of this communicator is sm%d x); data movement works",
+                      ulnccl_fp8_name(d), sm_major);
+    return UL_ERR_UNSUPPORTED;
+  }
   return UL_OK;
 }
 
@@ -94,6 +116,14 @@ unsigned ulnccl_dtype_mask(int ver, int sm_major) {
   unsigned m = 0;
   for (int d = 0; d < UL_DTYPE_COUNT; d++)
     if (ulnccl_dtype_supported((ul_dtype_t)d, ver, sm_major, NULL, 0) == UL_OK) m |= 1u << d;
+  return m;
+}
+
+unsigned ulnccl_reduce_dtype_mask(int ver, int sm_major) {
+  unsigned m = 0;
+  for (int d = 0; d < UL_DTYPE_COUNT; d++)
+    if (ulnccl_reduction_supported((ul_dtype_t)d, UL_SUM, ver, sm_major, NULL, 0) == UL_OK)
+      m |= 1u << d;
   return m;
 }
 
@@ -168,4 +198,38 @@ void ulnccl_coll_buffers(ul_coll_t coll, int rank, int root, const void **send, 
     break;
   default: break;
   }
+}
+
+int ulnccl_p2p_plan(ul_coll_t coll, int rank, int nranks, int root, size_t block,
+                    const void *send, void *recv, ulnccl_p2p_t *out) {
+  int n = 0;
+  const char *sb = (const char *)send;
+  char *rb = (char *)recv;
+  switch (coll) {
+  case UL_COLL_ALLTOALL:
+    for (int p = 0; p < nranks; p++) {
+      out[n++] = (ulnccl_p2p_t){1, p, (void *)(sb + (size_t)p * block)};
+      out[n++] = (ulnccl_p2p_t){0, p, rb + (size_t)p * block};
+    }
+    break;
+  case UL_COLL_GATHER:
+    /* In place on the root (send == its own block): nothing to move for itself. */
+    if (!(rank == root && sb == rb + (size_t)root * block))
+      out[n++] = (ulnccl_p2p_t){1, root, (void *)sb};
+    if (rank == root)
+      for (int p = 0; p < nranks; p++)
+        if (p != root || sb != rb + (size_t)root * block)
+          out[n++] = (ulnccl_p2p_t){0, p, rb + (size_t)p * block};
+    break;
+  case UL_COLL_SCATTER:
+    if (rank == root)
+      for (int p = 0; p < nranks; p++)
+        if (p != root || rb != sb + (size_t)root * block)
+          out[n++] = (ulnccl_p2p_t){1, p, (void *)(sb + (size_t)p * block)};
+    if (!(rank == root && rb == sb + (size_t)root * block))
+      out[n++] = (ulnccl_p2p_t){0, root, rb};
+    break;
+  default: break;
+  }
+  return n;
 }
