@@ -564,10 +564,12 @@ static void nccl_set_min_sm(ul_backend_comm_t *c) {
     if (c->idents[i].sm_major > 0 && c->idents[i].sm_major < c->min_sm) c->min_sm = c->idents[i].sm_major;
 }
 
-static void nccl_props(ul_backend_comm_props_t *props) {
+static void nccl_props(ul_backend_comm_props_t *props, int device) {
   if (!props) return;
   props->load_store_peers = 0;
   snprintf(props->path, sizeof(props->path), "nccl");
+  if (props->struct_size >= offsetof(ul_backend_comm_props_t, device) + sizeof(props->device))
+    props->device = device; /* ul_comm_device reports the GPU NCCL runs on */
 }
 
 static int nccl_pick_device(const ul_backend_comm_args_t *a) {
@@ -611,7 +613,7 @@ static ul_result_t nccl_comm_init(const ul_backend_comm_args_t *a, ul_backend_co
     return rc;
   }
   nccl_set_min_sm(c);
-  nccl_props(props);
+  nccl_props(props, c->device);
   *out = c;
   return UL_OK;
 }
@@ -661,7 +663,7 @@ static ul_result_t nccl_comm_init_all(const ul_backend_comm_args_t *a, int ndev,
     for (int i = 0; i < ndev; i++)
       for (int j = 0; j < ndev; j++) out[i]->idents[j] = out[j]->idents[j];
     for (int i = 0; i < ndev; i++) nccl_set_min_sm(out[i]);
-    for (int i = 0; i < ndev; i++) nccl_props(&props[i]);
+    for (int i = 0; i < ndev; i++) nccl_props(&props[i], out[i]->device);
     return UL_OK;
   }
   /* Abort all first (they may wait for each other), then wait for each. */
@@ -724,7 +726,7 @@ static ul_result_t nccl_comm_split(ul_backend_comm_t *parent, int color, int key
     return rc;
   }
   nccl_set_min_sm(c);
-  nccl_props(props);
+  nccl_props(props, c->device);
   *out = c;
   return UL_OK;
 }
