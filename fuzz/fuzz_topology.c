@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_model.h"
+#include "ul_model.h"
 
 static ulsim_catalog_t cat;
 static int have_cat;

@@ -58,11 +58,11 @@ Test(sim_backend, allreduce_is_real_and_time_is_modeled, .timeout = 60) {
       cr_assert_gt(r[i].info.modeled_us, 5.0);
       cr_assert(strstr(r[i].info.reason, "modeled on dgx-h100"), "%s", r[i].info.reason);
     }
-    /* 4 KiB on 4 NVSwitch GPUs: the direct one-shot wins (launch 5 + LL base 6.6 + one
-     * 0.6 us hop + 3 x bytes at half of 369 GB/s) */
+    /* one float on 4 NVSwitch GPUs: NCCL's tuner picks ring/LL (launch 5 + LL base 6.6 +
+     * 6 hops of 0.6 us; algbw = min(llMaxBw 141, 369/2) x 4/6 GB/s) */
     if (count == 1) {
-      cr_assert_str_eq(r[0].info.algorithm, "direct");
-      cr_assert_float_eq(r[0].info.modeled_us, 12.2 + 3 * 4.0 / (184.5e3), 1e-9);
+      cr_assert_str_eq(r[0].info.algorithm, "ring");
+      cr_assert_float_eq(r[0].info.modeled_us, 15.2 + 4.0 / (141.0 * 4 / 6 * 1e3), 1e-9);
     }
   }
   for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);

@@ -18,12 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unilink/backend.h>
 #include <unistd.h>
 
-#include "sim_model.h"
+#include "ul_model.h"
 
 #define SIM_KEY_MAGIC 0x73696d31u /* "sim1" */
 #define SIM_SLICE_MS 10
@@ -46,6 +47,7 @@ typedef struct sim_group {
   unsigned char *present; /* nranks: arrived in the current exchange */
   void **slots[2];        /* nranks each, alternating by generation parity */
   atomic_int dead;
+  atomic_int aborted_by; /* rank + 1 of the first rank that called ul_comm_abort, 0: none */
   struct sim_group *next;
 } sim_group_t;
 
@@ -61,6 +63,8 @@ struct ul_backend_comm {
   double clock_us; /* modeled time consumed by this rank's operations */
   atomic_int dead;
   struct ul_backend_window *windows; /* registered windows, freed at destroy */
+  void **allocs;                     /* live ul_mem_alloc blocks (mem_free checks them) */
+  size_t nallocs, allocs_cap;
 };
 typedef struct ul_backend_comm sim_comm_t;
 
@@ -78,6 +82,7 @@ struct ul_backend_window {
 };
 typedef struct ul_backend_window sim_window_t;
 
+#define SIM_TOPOLOGY_MAX_BYTES (1 << 20) /* the shipped topologies are a few KiB */
 static pthread_mutex_t sim_backend_list_mu = PTHREAD_MUTEX_INITIALIZER;
 static sim_group_t *sim_backend_pending;
 static ulsim_catalog_t sim_backend_catalog;
@@ -99,7 +104,8 @@ static double sim_backend_now_ms(void) {
 /* UL_OK to keep waiting, else why not. */
 static ul_result_t sim_backend_wait_check(sim_comm_t *c, double start_ms) {
   if ((c->abort_flag && *c->abort_flag) || atomic_load(&c->dead)) return UL_ERR_ABORTED;
-  if (c->g && atomic_load(&c->g->dead)) return UL_ERR_ABORTED;
+  if (c->g && atomic_load(&c->g->dead))
+    return atomic_load(&c->g->aborted_by) ? UL_ERR_PEER_LOST : UL_ERR_ABORTED;
   if (c->timeout_ms > 0 && sim_backend_now_ms() - start_ms >= c->timeout_ms) return UL_ERR_TIMEOUT;
   return UL_OK;
 }
@@ -178,6 +184,10 @@ static ul_result_t sim_backend_exchange(sim_comm_t *c, void *mine, void **all, c
       return ul_backend_set_error(c->core, rc,
                                   "sim: %s on rank %d timed out after %d ms; ranks not arrived: %s",
                                   what, c->rank, c->timeout_ms, missing);
+    if (rc == UL_ERR_PEER_LOST)
+      return ul_backend_set_error(c->core, rc,
+                                  "sim: %s on rank %d: peer rank %d aborted the communicator",
+                                  what, c->rank, atomic_load(&g->aborted_by) - 1);
     return ul_backend_set_error(c->core, rc, "sim: %s on rank %d aborted", what, c->rank);
   }
   pthread_mutex_unlock(&g->mu);
@@ -238,6 +248,15 @@ static ul_result_t sim_backend_comm_new(const ul_backend_comm_args_t *a, sim_com
     spec = ul_backend_param_str("SIM_TOPOLOGY", "dgx-h100",
                                 "Topology the sim backend models: a preset (unilink-model "
                                 "topologies), <preset>x<N>, or a topology file");
+  /* A topology file must be a regular file of sane size: a FIFO or device would block
+   * or feed the reader without bound (stat does not open it). */
+  struct stat sb;
+  if (stat(spec, &sb) == 0 && (!S_ISREG(sb.st_mode) || sb.st_size > SIM_TOPOLOGY_MAX_BYTES))
+    return ul_backend_set_error(a->comm, UL_ERR_INVALID_ARG,
+                                "sim: topology '%s' is %s; a topology file must be a regular "
+                                "file of at most %d bytes",
+                                spec, S_ISREG(sb.st_mode) ? "too large" : "not a regular file",
+                                SIM_TOPOLOGY_MAX_BYTES);
   sim_comm_t *c = calloc(1, sizeof *c);
   if (!c) return ul_backend_set_error(a->comm, UL_ERR_NO_MEMORY, "sim: out of memory");
   char err[512];
@@ -411,14 +430,22 @@ static ul_result_t sim_backend_comm_destroy(ul_backend_comm_t *c) {
     pthread_mutex_unlock(&g->mu);
     if (last) sim_backend_group_free(g);
   }
+  free(c->allocs);
   free(c);
   return UL_OK;
 }
 
 static ul_result_t sim_backend_comm_abort(ul_backend_comm_t *c) {
-  /* waiters poll this flag every SIM_SLICE_MS; touching windows here could race with a
-   * deregister in another thread */
+  /* waiters poll these flags every SIM_SLICE_MS; touching windows here could race with a
+   * deregister in another thread. The group's flag releases the peers waiting on this
+   * rank (UL_ERR_PEER_LOST naming it), as a host peer's abort does. */
   atomic_store(&c->dead, 1);
+  if (c->g) {
+    int none = 0;
+    atomic_compare_exchange_strong(&c->g->aborted_by, &none, c->rank + 1);
+    atomic_store(&c->g->dead, 1);
+    pthread_cond_broadcast(&c->g->cv);
+  }
   return UL_OK;
 }
 
@@ -459,12 +486,38 @@ static ul_result_t sim_backend_mem_alloc(ul_backend_comm_t *c, size_t size, void
   void *p = NULL;
   if (posix_memalign(&p, 64, size ? size : 1) != 0)
     return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "sim: cannot allocate %zu bytes", size);
+  pthread_mutex_lock(&sim_backend_list_mu);
+  if (c->nallocs == c->allocs_cap) {
+    size_t cap = c->allocs_cap ? 2 * c->allocs_cap : 16;
+    void **n = realloc(c->allocs, cap * sizeof *n);
+    if (!n) {
+      pthread_mutex_unlock(&sim_backend_list_mu);
+      free(p);
+      return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "sim: out of memory");
+    }
+    c->allocs = n;
+    c->allocs_cap = cap;
+  }
+  c->allocs[c->nallocs++] = p;
+  pthread_mutex_unlock(&sim_backend_list_mu);
   *ptr = p;
   return UL_OK;
 }
 
+/* Only what sim_backend_mem_alloc handed out on this communicator may be freed: the
+ * header promises UL_ERR_INVALID_ARG for anything else (free() of it would crash). */
 static ul_result_t sim_backend_mem_free(ul_backend_comm_t *c, void *ptr) {
-  (void)c;
+  pthread_mutex_lock(&sim_backend_list_mu);
+  size_t i = 0;
+  while (i < c->nallocs && c->allocs[i] != ptr) i++;
+  int found = i < c->nallocs;
+  if (found) c->allocs[i] = c->allocs[--c->nallocs];
+  pthread_mutex_unlock(&sim_backend_list_mu);
+  if (!found)
+    return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG,
+                                "sim: ul_mem_free: %p was not allocated by ul_mem_alloc on this "
+                                "communicator (or was freed already)",
+                                ptr);
   free(ptr);
   return UL_OK;
 }
@@ -566,6 +619,11 @@ static ul_result_t sim_backend_wait_signal(ul_backend_comm_t *c, ul_backend_wind
                        "(it is %llu)",
           c->rank, c->timeout_ms, index, (unsigned long long)value,
           (unsigned long long)atomic_load(&w->sig[index]));
+    if (rc == UL_ERR_PEER_LOST)
+      return ul_backend_set_error(c->core, rc,
+                                  "sim: rank %d: wait on signal %d: peer rank %d aborted the "
+                                  "communicator",
+                                  c->rank, index, atomic_load(&c->g->aborted_by) - 1);
     if (rc != UL_OK)
       return ul_backend_set_error(c->core, rc, "sim: rank %d: wait on signal %d aborted", c->rank,
                                   index);
@@ -610,11 +668,21 @@ static ul_result_t sim_backend_copy_local(ul_backend_comm_t *c, void *dst, const
 
 /* ------------------------------------------------------------------ introspection */
 
+/* The vector collectives are modeled as their regular form sized by the largest
+ * per-peer block (what the core reports in info->bytes for them): the slowest pair
+ * bounds an exchange in which every pair moves at once. */
+static ul_coll_t sim_backend_model_coll(ul_coll_t coll) {
+  if (coll == UL_COLL_ALLTOALLV) return UL_COLL_ALLTOALL;
+  if (coll == UL_COLL_ALLGATHERV) return UL_COLL_ALLGATHER;
+  return coll;
+}
+
 static ul_result_t sim_backend_annotate_call(ul_backend_comm_t *c, ul_call_info_t *info) {
   ulsim_cost_t cost;
   char err[256];
-  double S = ulsim_size_from_call_bytes(info->coll, (double)info->bytes, c->nranks);
-  if (ulsim_cost(&c->topo, info->coll, S, c->nranks, NULL, &cost, err, sizeof err) != UL_OK)
+  ul_coll_t mc = sim_backend_model_coll(info->coll);
+  double S = ulsim_size_from_call_bytes(mc, (double)info->bytes, c->nranks);
+  if (ulsim_cost(&c->topo, mc, S, c->nranks, NULL, &cost, err, sizeof err) != UL_OK)
     return UL_ERR_UNSUPPORTED;
   char ran[32];
   snprintf(ran, sizeof ran, "%s", info->algorithm);

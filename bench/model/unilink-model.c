@@ -11,33 +11,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sim_model.h"
+#include "model_cli.h"
 
-static ulsim_catalog_t g_cat;
+ulsim_catalog_t g_cat;
 
-static int model_usage(FILE *f) {
+int model_usage(FILE *f) {
   fprintf(f,
           "usage: unilink-model <command> [options]\n"
           "  links                               the link catalog, with sources\n"
           "  topologies                          topology presets, with sources\n"
           "  collective <coll> --topology T (--bytes B | -b MIN -e MAX [-f F]) [--ranks N]\n"
-          "             [--algo a,b] [--model-only]    modeled time, algbw, busbw, candidates\n"
+          "             [--algo a,b (forced diagnostic)] [--gpus-per-node G] [--nics 4x400G]\n"
+          "             [--explain] [--json]         modeled time, algbw, busbw, candidates\n"
           "  train --params N --gpus G --topology T --tokens-per-gpu K --gpu-tflops F --mfu M\n"
-          "        [--zero 0..3] [--bucket 25MB|all] [--overlap 0..1] [--grad-bytes 2]\n"
+          "        [--zero 0..3] [--bucket 25MB|all] [--overlap 0..1 (default: derived)]\n"
+          "        [--grad-bytes 2] [--gpu-mem GB] [--tp N] [--pp N] [--json]\n"
           "        [--compare T1,T2,...] [--plot FILE.png]\n"
-          "  calibrate FILE.json --topology T [--out FILE] [--name NAME]\n"
-          "  validate [DIR]                      model vs published measurements\n"
+          "  calibrate FILE.json --topology T [--collective C] [--out FILE] [--name NAME]\n"
+          "                                      FILE: nccl-tests 2.19 -J output of C (allreduce)\n"
+          "  validate [DIR] [--forced]           model vs published measurements (own choice;\n"
+          "                                      --forced: each file's measured algorithm)\n"
           "collectives: allreduce broadcast reduce allgather reduce_scatter alltoall gather\n"
           "             scatter barrier sendrecv. Sizes: 8, 64K, 1G, 25MB (binary suffixes).\n"
           "Data folder: $UNILINK_DATA_DIR, else the source tree or install prefix.\n");
   return 2;
 }
 
-static const char *model_coll_names[UL_COLL_COUNT] = {
+const char *model_coll_names[UL_COLL_COUNT] = {
     "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-    "alltoall",  "gather",    "scatter", "barrier",  "sendrecv"};
+    "alltoall",  "gather",    "scatter", "barrier",  "sendrecv", "alltoallv", "allgatherv"};
 
-static int model_coll_parse(const char *s, ul_coll_t *c) {
+int model_coll_parse(const char *s, ul_coll_t *c) {
   for (int i = 0; i < UL_COLL_COUNT; i++)
     if (!strcmp(s, model_coll_names[i])) {
       *c = (ul_coll_t)i;
@@ -53,7 +57,7 @@ static int model_coll_parse(const char *s, ul_coll_t *c) {
 }
 
 /* Option lookup: "--name value" pairs after the command. */
-static const char *model_opt(int argc, char **argv, const char *name, const char *alt) {
+const char *model_opt(int argc, char **argv, const char *name, const char *alt) {
   for (int i = 0; i < argc - 1; i++)
     if (!strcmp(argv[i], name) || (alt && !strcmp(argv[i], alt))) return argv[i + 1];
   return NULL;
@@ -79,13 +83,90 @@ static int model_size(const char *text, const char *what, double *out) {
   return 0;
 }
 
-static int model_load_topo(const char *spec, ulsim_topology_t *t) {
+int model_load_topo(const char *spec, ulsim_topology_t *t) {
   char err[1024];
   if (ulsim_topology_load(spec, &g_cat, t, err, sizeof err) != UL_OK) {
     fprintf(stderr, "unilink-model: %s\n", err);
     return -1;
   }
   return 0;
+}
+
+/* --gpus-per-node G and --nics COUNTxSPEED (e.g. 4x400G, Gb/s) on top of a preset. The
+ * NIC kind stays the preset's; its line rate becomes SPEED/8 GB/s (marked assumed when
+ * no catalog link of that family has that rate). */
+static int model_topo_overrides(int argc, char **argv, ulsim_topology_t *t) {
+  const char *s;
+  if ((s = model_opt(argc, argv, "--gpus-per-node", NULL))) {
+    char *end;
+    long g = strtol(s, &end, 10);
+    if (*end || g < 1 || g > 4096) {
+      fprintf(stderr, "unilink-model: --gpus-per-node '%s': a whole number 1..4096\n", s);
+      return -1;
+    }
+    t->gpus_per_node = (int)g;
+  }
+  if ((s = model_opt(argc, argv, "--nics", NULL))) {
+    int cnt;
+    double gbit;
+    char unit[8] = "";
+    if (sscanf(s, "%dx%lf%7s", &cnt, &gbit, unit) < 2 || cnt < 1 || cnt > 4096 || !(gbit > 0) ||
+        (unit[0] && strcmp(unit, "G") && strcmp(unit, "Gb"))) {
+      fprintf(stderr, "unilink-model: --nics '%s': COUNTxSPEED in Gb/s, e.g. 4x400G\n", s);
+      return -1;
+    }
+    if (!t->has_inter) {
+      fprintf(stderr, "unilink-model: --nics: topology %s has no scale-out fabric\n", t->name);
+      return -1;
+    }
+    t->nics_per_node = cnt;
+    double gbps = gbit / 8.0;
+    const ulsim_link_t *hit = NULL;
+    for (int i = 0; i < g_cat.nlinks; i++)
+      if (!strcmp(g_cat.links[i].family, t->inter.family) &&
+          fabs(g_cat.links[i].line_gbps - gbps) < 1e-9)
+        hit = &g_cat.links[i];
+    if (hit) t->inter = *hit;
+    else {
+      t->inter.line_gbps = gbps;
+      snprintf(t->inter.confidence, sizeof t->inter.confidence, "low");
+      snprintf(t->inter.source, sizeof t->inter.source,
+               "assumed: %s efficiency applied to a %g Gb/s NIC given on the command line",
+               t->inter.name, gbit);
+    }
+  }
+  return 0;
+}
+
+static void model_json_cost(const ulsim_cost_t *c, ul_coll_t coll, int ranks, const char *topo) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "topology", topo);
+  cJSON_AddStringToObject(o, "collective", ul_coll_name(coll) ? ul_coll_name(coll) : "?");
+  cJSON_AddNumberToObject(o, "ranks", ranks);
+  cJSON_AddNumberToObject(o, "size_bytes", c->size_bytes);
+  cJSON_AddStringToObject(o, "algorithm", c->algorithm);
+  cJSON_AddStringToObject(o, "protocol", ulsim_proto_name(c->proto));
+  cJSON_AddNumberToObject(o, "time_us", c->time_us);
+  cJSON_AddNumberToObject(o, "algbw_gbps", c->algbw_gbps);
+  cJSON_AddNumberToObject(o, "busbw_gbps", c->busbw_gbps);
+  cJSON_AddStringToObject(o, "confidence", c->confidence);
+  cJSON_AddStringToObject(o, "selection", c->tuner ? c->tuner : "");
+  cJSON_AddStringToObject(o, "sources", c->sources);
+  cJSON *cands = cJSON_AddArrayToObject(o, "candidates");
+  for (int i = 0; i < c->ncand; i++) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "algorithm", c->cand[i].algorithm);
+    cJSON_AddStringToObject(x, "protocol", ulsim_proto_name(c->cand[i].proto));
+    cJSON_AddNumberToObject(x, "time_us", c->cand[i].time_us);
+    cJSON_AddNumberToObject(x, "latency_us", c->cand[i].lat_us);
+    cJSON_AddNumberToObject(x, "algbw_gbps", c->cand[i].algbw_gbps);
+    cJSON_AddStringToObject(x, "formula", c->cand[i].formula ? c->cand[i].formula : "");
+    cJSON_AddItemToArray(cands, x);
+  }
+  char *txt = cJSON_PrintUnformatted(o);
+  if (txt) printf("%s\n", txt);
+  free(txt);
+  cJSON_Delete(o);
 }
 
 static void model_fmt_size(double b, char *buf, size_t n) {
@@ -154,7 +235,12 @@ static int model_cmd_collective(int argc, char **argv) {
   const char *tspec = model_opt(argc, argv, "--topology", "-t");
   if (!tspec) tspec = "dgx-h100";
   ulsim_topology_t t;
-  if (model_load_topo(tspec, &t)) return 1;
+  if (model_load_topo(tspec, &t) || model_topo_overrides(argc, argv, &t)) return 1;
+  int json = 0, explain = 0;
+  for (int i = 0; i < argc; i++) {
+    json |= !strcmp(argv[i], "--json");
+    explain |= !strcmp(argv[i], "--explain");
+  }
   double ranks = t.gpus_per_node * t.nodes;
   const char *s;
   if ((s = model_opt(argc, argv, "--ranks", "-n")) && model_num(s, "--ranks", &ranks)) return 2;
@@ -181,25 +267,51 @@ static int model_cmd_collective(int argc, char **argv) {
       return 2;
     }
   }
-  char err[1024];
-  printf("# modeled (no data moved): %s on %s, %d ranks%s%s\n", model_coll_names[coll], t.name,
-         (int)ranks, algo ? ", algorithms " : "", algo ? algo : "");
+  char err[1024], prov[2000];
+  if (!json)
+    printf("# modeled (no data moved): %s on %s, %d ranks (%d GPUs/node, %d NICs/node)%s%s\n",
+           model_coll_names[coll], t.name, (int)ranks, t.gpus_per_node, t.nics_per_node,
+           algo ? ", FORCED algorithms " : "", algo ? algo : "");
   if (minb == maxb) {
     ulsim_cost_t c;
     if (ulsim_cost(&t, coll, minb, (int)ranks, algo, &c, err, sizeof err) != UL_OK) {
       fprintf(stderr, "unilink-model: %s\n", err);
       return 1;
     }
+    if (json) {
+      model_json_cost(&c, coll, (int)ranks, t.name);
+      return 0;
+    }
     char sz[32];
     model_fmt_size(minb, sz, sizeof sz);
     printf("size %s: %s/%s %.2f us, algbw %.2f GB/s, busbw %.2f GB/s\n", sz, c.algorithm,
            ulsim_proto_name(c.proto), c.time_us, c.algbw_gbps, c.busbw_gbps);
-    printf("%-10s %-7s %12s\n", "algorithm", "proto", "time us");
-    for (int i = 0; i < c.ncand; i++)
-      printf("%-10s %-7s %12.2f%s\n", c.cand[i].algorithm, ulsim_proto_name(c.cand[i].proto),
-             c.cand[i].time_us,
+    printf("# %s\n", ulsim_cost_provenance(&c, prov, sizeof prov));
+    printf("%-12s %-7s %12s %10s %10s\n", "algorithm", "proto", "time us", "lat us", "algbw");
+    for (int i = 0; i < c.ncand; i++) {
+      printf("%-12s %-7s %12.2f %10.2f %10.2f%s\n", c.cand[i].algorithm,
+             ulsim_proto_name(c.cand[i].proto), c.cand[i].time_us, c.cand[i].lat_us,
+             c.cand[i].algbw_gbps,
              !strcmp(c.cand[i].algorithm, c.algorithm) && c.cand[i].proto == c.proto ? "  <- chosen"
                                                                                      : "");
+      if (explain && c.cand[i].formula) printf("    formula: %s\n", c.cand[i].formula);
+    }
+    if (explain) {
+      ulsim_bw_t bw;
+      if (ulsim_bandwidths(&t, (int)ranks, &bw, err, sizeof err) == UL_OK)
+        printf("# constants: ring graph %.1f GB/s (%s x%d, line %.2f x eff %.3f), NVLS algbw %.1f, "
+               "NICs %.1f GB/s, launch %.1f us; NCCL tables (2.30 src/graph/tuning.cc "
+               "ncclTunerConstantsDefaults): baseLatencies, hwLatencies, llMaxBws, "
+               "perChMax*Bws, treeCorrectionFactor; per-protocol factors LL x0.5, LL128 x0.92 "
+               "(ring) / 7/9 (tree, 1 node), tree x0.92 (ncclTopoTuneModel); time = lat + "
+               "bytes / (1000 algbw) (ncclTopoGetAlgoTime)\n",
+               bw.ring, t.intra.name, t.links_per_gpu ? t.links_per_gpu : t.links_per_peer,
+               t.intra.line_gbps, t.intra.efficiency, bw.nvls_alg, bw.inter, t.launch_us);
+      printf("# why: %s/%s has the lowest modeled time (%.2f us) among the %d candidates the "
+             "%s enables here; direct/two_shot LL and 3-phase hier are not candidates (no "
+             "library runs them on this system; --algo computes them as a diagnostic)\n",
+             c.algorithm, ulsim_proto_name(c.proto), c.time_us, c.ncand, c.tuner);
+    }
     return 0;
   }
   printf("%14s %12s %10s %10s  %s\n", "size(B)", "time(us)", "algbw", "busbw", "algorithm");
@@ -223,13 +335,14 @@ typedef struct model_train_opts {
   const char *topos[16];
   int ntopo;
   const char *plot;
+  int json;
 } model_train_opts_t;
 
 static int model_train_parse(int argc, char **argv, model_train_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->in.grad_bytes = 2;
   o->in.bucket_bytes = 25.0 * 1024 * 1024;
-  o->in.overlap = 0;
+  o->in.overlap = -1; /* derived from the bucket schedule */
   o->in.mfu = 0.45;
   o->in.gpu_tflops = 989;
   const char *s;
@@ -252,6 +365,21 @@ static int model_train_parse(int argc, char **argv, model_train_opts_t *o) {
   }
   if ((s = model_opt(argc, argv, "--overlap", NULL)) && model_num(s, "--overlap", &o->in.overlap))
     return -1;
+  double v;
+  if ((s = model_opt(argc, argv, "--gpu-mem", NULL))) {
+    if (model_num(s, "--gpu-mem", &o->in.gpu_mem_gb)) return -1;
+  }
+  if ((s = model_opt(argc, argv, "--tp", NULL))) {
+    if (model_num(s, "--tp", &v) || v < 1 || v != floor(v))
+      return fprintf(stderr, "unilink-model: --tp must be a whole number >= 1\n"), -1;
+    o->in.tp = (int)v;
+  }
+  if ((s = model_opt(argc, argv, "--pp", NULL))) {
+    if (model_num(s, "--pp", &v) || v < 1 || v != floor(v))
+      return fprintf(stderr, "unilink-model: --pp must be a whole number >= 1\n"), -1;
+    o->in.pp = (int)v;
+  }
+  for (int i = 0; i < argc; i++) o->json |= !strcmp(argv[i], "--json");
   if ((s = model_opt(argc, argv, "--grad-bytes", NULL)) &&
       model_num(s, "--grad-bytes", &o->in.grad_bytes))
     return -1;
@@ -334,11 +462,62 @@ static int model_cmd_train(int argc, char **argv) {
   char bucket_txt[48];
   if (in->bucket_bytes > 0) snprintf(bucket_txt, sizeof bucket_txt, "%g MiB", in->bucket_bytes / 1048576.0);
   else snprintf(bucket_txt, sizeof bucket_txt, "all (one collective)");
-  printf("# training step estimate: %.3g params, %d GPUs, %g tokens/GPU/step, %g TFLOP/s x MFU "
-         "%.2f, %s, bucket %s, overlap %.2f\n",
-         in->params, in->gpus, in->tokens_per_gpu, in->gpu_tflops, in->mfu,
-         in->zero == 0 ? "DDP allreduce" : in->zero == 3 ? "ZeRO-3" : "ZeRO-1/2", bucket_txt,
-         in->overlap);
+  if (o.json) {
+    int rc = 0;
+    printf("[");
+    for (int k = 0; k < o.ntopo; k++) {
+      ulsim_topology_t t;
+      ulsim_train_out_t out;
+      char err[1024];
+      if (model_load_topo(o.topos[k], &t)) return 1;
+      if (ulsim_train(&t, in, &out, err, sizeof err) != UL_OK) {
+        fprintf(stderr, "unilink-model: %s: %s\n", o.topos[k], err);
+        rc = 1;
+        continue;
+      }
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddStringToObject(j, "topology", t.name);
+      cJSON_AddNumberToObject(j, "params", in->params);
+      cJSON_AddNumberToObject(j, "gpus", in->gpus);
+      cJSON_AddNumberToObject(j, "dp", out.dp);
+      cJSON_AddNumberToObject(j, "zero", in->zero);
+      cJSON_AddNumberToObject(j, "grad_bytes_total", in->params * in->grad_bytes);
+      cJSON_AddNumberToObject(j, "bucket_bytes", in->bucket_bytes);
+      cJSON_AddNumberToObject(j, "buckets", out.nbuckets);
+      cJSON_AddNumberToObject(j, "backward_share", out.backward_share);
+      cJSON_AddNumberToObject(j, "mem_gb_per_gpu", out.mem_gb);
+      cJSON_AddNumberToObject(j, "compute_s", out.compute_s);
+      cJSON_AddNumberToObject(j, "comm_s", out.comm_s);
+      cJSON_AddNumberToObject(j, "exposed_s", out.exposed_s);
+      cJSON_AddNumberToObject(j, "overlap", out.overlap_used);
+      cJSON_AddNumberToObject(j, "step_s", out.step_s);
+      cJSON_AddNumberToObject(j, "efficiency", out.efficiency);
+      cJSON_AddStringToObject(j, "algorithm", out.algorithm);
+      cJSON_AddNumberToObject(j, "busbw_gbps", out.busbw_gbps);
+      cJSON_AddStringToObject(j, "confidence", out.confidence);
+      cJSON_AddStringToObject(j, "sources", out.sources);
+      char *txt = cJSON_PrintUnformatted(j);
+      printf("%s%s", k ? "," : "", txt ? txt : "{}");
+      free(txt);
+      cJSON_Delete(j);
+    }
+    printf("]\n");
+    return rc;
+  }
+  char ov[48];
+  if (in->overlap < 0) snprintf(ov, sizeof ov, "derived from the bucket schedule");
+  else snprintf(ov, sizeof ov, "given %.2f", in->overlap);
+  printf("# training step estimate: %.3g params, %d GPUs (tp %d, pp %d), %g tokens/GPU/step, "
+         "%g TFLOP/s x MFU %.2f, %s, bucket %s, overlap %s\n",
+         in->params, in->gpus, in->tp > 0 ? in->tp : 1, in->pp > 0 ? in->pp : 1,
+         in->tokens_per_gpu, in->gpu_tflops, in->mfu,
+         in->zero == 0 ? "DDP allreduce" : in->zero == 3 ? "ZeRO-3" : "ZeRO-1/2", bucket_txt, ov);
+  printf("# assumptions: gradient bytes = params x %g = %.3g GB; backward = 2/3 of compute (4N of "
+         "6N FLOPs/token, Kaplan et al. 2020); buckets ready evenly through backward, run one at "
+         "a time; memory = params x 2 + grads x %g + optimizer x 12 bytes (ZeRO paper), "
+         "activations not counted%s\n",
+         in->grad_bytes, in->params * in->grad_bytes / 1e9, in->grad_bytes,
+         in->gpu_mem_gb > 0 ? "" : " (give --gpu-mem GB to check)");
   printf("%-16s %10s %8s %11s %-10s %9s %11s %11s %10s %8s\n", "topology", "compute s",
          "buckets", "bucket ms", "algorithm", "busbw", "grad sync s", "exposed s", "step s",
          "eff %");
@@ -356,6 +535,11 @@ static int model_cmd_train(int argc, char **argv) {
     printf("%-16s %10.3f %8d %11.3f %-10s %9.1f %11.4f %11.4f %10.4f %8.2f\n", t.name,
            out.compute_s, out.nbuckets, out.bucket_us / 1e3, out.algorithm, out.busbw_gbps,
            out.comm_s, out.exposed_s, out.step_s, out.efficiency * 100);
+    printf("%-16s   memory %.1f GB/GPU (ZeRO-%d, dp %d), overlap %.0f%%, confidence %s%s\n", "",
+           out.mem_gb, in->zero, out.dp, out.overlap_used * 100, out.confidence,
+           !strcmp(out.confidence, "low") ? "\nWARNING: low confidence: rests on a single vendor "
+                                            "claim or assumed link figures"
+                                          : "");
   }
   /* gradient sync per bucket size, first topology */
   ulsim_topology_t t0;
@@ -377,274 +561,6 @@ static int model_cmd_train(int argc, char **argv) {
   }
   if (o.plot && model_train_plot(&o, o.plot)) rc = 1;
   return rc;
-}
-
-/* ------------------------------------------------------------------ calibrate */
-
-typedef struct model_point {
-  double size, time_us, busbw;
-} model_point_t;
-
-static char *model_read(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (n < 0 || n > (64L << 20)) {
-    fclose(f);
-    return NULL;
-  }
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = 0;
-  fclose(f);
-  return b;
-}
-
-static double model_calib_error(const ulsim_topology_t *t, ul_coll_t coll, int ranks,
-                                const model_point_t *pts, int n) {
-  double e = 0;
-  for (int i = 0; i < n; i++) {
-    ulsim_cost_t c;
-    char err[64];
-    if (ulsim_cost(t, coll, pts[i].size, ranks, NULL, &c, err, sizeof err)) return INFINITY;
-    double r = log(c.time_us / pts[i].time_us);
-    e += r * r;
-  }
-  return e;
-}
-
-static int model_cmd_calibrate(int argc, char **argv) {
-  if (argc < 1 || argv[0][0] == '-') return model_usage(stderr);
-  const char *path = argv[0];
-  const char *tspec = model_opt(argc, argv, "--topology", "-t");
-  if (!tspec) {
-    fprintf(stderr, "unilink-model: calibrate needs --topology (the preset to start from)\n");
-    return 2;
-  }
-  ulsim_topology_t t;
-  if (model_load_topo(tspec, &t)) return 1;
-  char *text = model_read(path);
-  if (!text) {
-    fprintf(stderr, "unilink-model: cannot read %s\n", path);
-    return 1;
-  }
-  cJSON *root = cJSON_Parse(text);
-  free(text);
-  if (!root) {
-    fprintf(stderr, "unilink-model: %s: malformed JSON\n", path);
-    return 1;
-  }
-  int rc = 1;
-  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
-  const cJSON *op = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "operation") : NULL;
-  const cJSON *rk = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "ranks") : NULL;
-  const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
-  const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "results");
-  ul_coll_t coll = UL_COLL_ALLREDUCE;
-  if (cJSON_IsString(op) && model_coll_parse(op->valuestring, &coll)) {
-    fprintf(stderr, "unilink-model: %s: config.operation '%s' is not a collective\n", path,
-            op->valuestring);
-    goto out;
-  }
-  int ranks = cJSON_IsNumber(rk) ? rk->valueint : cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
-  const char *s = model_opt(argc, argv, "--ranks", NULL);
-  if (s) ranks = atoi(s);
-  if (ranks < 2) {
-    fprintf(stderr, "unilink-model: %s: rank count unknown (config.ranks or devices[]); give "
-                    "--ranks\n", path);
-    goto out;
-  }
-  if (!cJSON_IsArray(res) || cJSON_GetArraySize(res) == 0) {
-    fprintf(stderr, "unilink-model: %s: no \"results\" array (nccl-tests -J v3 shape expected)\n",
-            path);
-    goto out;
-  }
-  model_point_t pts[256];
-  int n = 0;
-  const cJSON *r;
-  cJSON_ArrayForEach(r, res) {
-    const cJSON *sz = cJSON_GetObjectItemCaseSensitive(r, "size");
-    const cJSON *oop = cJSON_GetObjectItemCaseSensitive(r, "out_of_place");
-    const cJSON *tm = cJSON_IsObject(oop) ? cJSON_GetObjectItemCaseSensitive(oop, "time") : NULL;
-    if (!cJSON_IsNumber(sz) || !cJSON_IsNumber(tm) || tm->valuedouble <= 0 || n >= 256) continue;
-    pts[n].size = sz->valuedouble;
-    pts[n].time_us = tm->valuedouble;
-    n++;
-  }
-  if (n < 2) {
-    fprintf(stderr, "unilink-model: %s: need at least 2 results with size and out_of_place.time\n",
-            path);
-    goto out;
-  }
-  /* Fit beta (efficiency of the bottleneck link) and alpha (launch overhead) by
-   * minimising the squared log error of time over all sizes: a log grid, then a finer
-   * one around the best point. */
-  ulsim_bw_t bw;
-  char err[512];
-  if (ulsim_bandwidths(&t, ranks, &bw, err, sizeof err)) {
-    fprintf(stderr, "unilink-model: %s\n", err);
-    goto out;
-  }
-  int fit_inter = bw.nnodes > 1 && bw.inter < bw.ring;
-  double *eff = fit_inter ? &t.inter.efficiency : &t.intra.efficiency;
-  double e0 = *eff, a0 = t.launch_us;
-  double best = INFINITY, be = e0, ba = a0;
-  double elo = 0.01, ehi = 1.5, alo = 0, ahi = 2000;
-  for (int pass = 0; pass < 3; pass++) {
-    for (int i = 0; i <= 40; i++)
-      for (int j = 0; j <= 40; j++) {
-        double e = elo * pow(ehi / elo, i / 40.0);
-        double a = alo + (ahi - alo) * j / 40.0;
-        *eff = e;
-        t.launch_us = a;
-        double err2 = model_calib_error(&t, coll, ranks, pts, n);
-        if (err2 < best) best = err2, be = e, ba = a;
-      }
-    elo = be / 1.3, ehi = be * 1.3 > 1.5 ? 1.5 : be * 1.3;
-    double span = (ahi - alo) / 20;
-    alo = ba - span < 0 ? 0 : ba - span, ahi = ba + span;
-  }
-  *eff = be;
-  t.launch_us = ba;
-  t.calibrated = 1;
-  const char *name = model_opt(argc, argv, "--name", NULL);
-  char nm[ULSIM_NAME_MAX];
-  snprintf(nm, sizeof nm, "%.48s-calibrated", t.name);
-  snprintf(t.name, sizeof t.name, "%s", name ? name : nm);
-  char src[1600];
-  snprintf(src, sizeof src, "%.1000s; calibrated to %.400s (%s, %d ranks, %d sizes)", t.sources, path,
-           model_coll_names[coll], ranks, n);
-  snprintf(t.sources, sizeof t.sources, "%.1000s", src);
-  fprintf(stderr,
-          "# calibrated %s link efficiency %.4f -> %.4f, launch %.2f -> %.2f us; rms log error "
-          "%.3f over %d sizes\n",
-          fit_inter ? "inter-node" : "intra-node", e0, be, a0, ba, sqrt(best / n), n);
-  const char *outp = model_opt(argc, argv, "--out", "-o");
-  FILE *f = outp ? fopen(outp, "w") : stdout;
-  if (!f) {
-    fprintf(stderr, "unilink-model: cannot write %s\n", outp);
-    goto out;
-  }
-  rc = ulsim_topology_write(&t, f) == UL_OK ? 0 : 1;
-  if (outp) {
-    fclose(f);
-    fprintf(stderr, "# wrote %s (use it as --topology %s)\n", outp, outp);
-  }
-out:
-  cJSON_Delete(root);
-  return rc;
-}
-
-/* ------------------------------------------------------------------ validate */
-
-static int model_cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double model_median(double *v, int n) {
-  if (n == 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, model_cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int model_cmd_validate(int argc, char **argv) {
-  const char *dir = argc > 0 && argv[0][0] != '-' ? argv[0] : NULL;
-  char defdir[1024];
-  if (!dir) {
-    snprintf(defdir, sizeof defdir, "%s", UNILINK_VALIDATION_DIR);
-    dir = defdir;
-  }
-  DIR *d = opendir(dir);
-  if (!d) {
-    fprintf(stderr, "unilink-model: cannot open validation folder %s\n", dir);
-    return 1;
-  }
-  char files[256][256];
-  int nf = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && nf < 256) {
-    size_t l = strlen(e->d_name);
-    if (l > 5 && !strcmp(e->d_name + l - 5, ".json") && l < 256)
-      snprintf(files[nf++], sizeof files[0], "%s", e->d_name);
-  }
-  closedir(d);
-  qsort(files, (size_t)nf, sizeof files[0], (int (*)(const void *, const void *))strcmp);
-  static double big[4096], mid[4096], small[4096];
-  int nbig = 0, nmid = 0, nsmall = 0, bad = 0;
-  printf("%-34s %-16s %5s %-10s %12s %9s %9s %8s\n", "dataset", "topology", "ranks", "algorithm",
-         "size(B)", "measured", "modeled", "error");
-  for (int i = 0; i < nf; i++) {
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    char *text = model_read(path);
-    cJSON *root = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (!root) {
-      fprintf(stderr, "unilink-model: %s: unreadable or malformed JSON\n", path);
-      bad = 1;
-      continue;
-    }
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
-    const cJSON *topo = cJSON_GetObjectItemCaseSensitive(root, "topology");
-    const cJSON *collj = cJSON_GetObjectItemCaseSensitive(root, "collective");
-    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(root, "ranks");
-    const cJSON *algos = cJSON_GetObjectItemCaseSensitive(root, "algos");
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "source");
-    const cJSON *pts = cJSON_GetObjectItemCaseSensitive(root, "points");
-    ul_coll_t coll;
-    ulsim_topology_t t;
-    if (!cJSON_IsString(name) || !cJSON_IsString(topo) || !cJSON_IsString(collj) ||
-        !cJSON_IsNumber(rk) || !cJSON_IsString(src) || !cJSON_IsArray(pts) ||
-        model_coll_parse(collj->valuestring, &coll) || model_load_topo(topo->valuestring, &t)) {
-      fprintf(stderr,
-              "unilink-model: %s: needs name, topology, collective, ranks, source, points\n",
-              path);
-      bad = 1;
-      cJSON_Delete(root);
-      continue;
-    }
-    const char *force = cJSON_IsString(algos) ? algos->valuestring : NULL;
-    const cJSON *p;
-    cJSON_ArrayForEach(p, pts) {
-      const cJSON *sz = cJSON_GetArrayItem(p, 0), *bwj = cJSON_GetArrayItem(p, 1);
-      if (!cJSON_IsNumber(sz) || !cJSON_IsNumber(bwj)) continue;
-      ulsim_cost_t c;
-      char err[512];
-      if (ulsim_cost(&t, coll, sz->valuedouble, rk->valueint, force, &c, err, sizeof err)) {
-        fprintf(stderr, "unilink-model: %s: %s\n", path, err);
-        bad = 1;
-        break;
-      }
-      double errp = (c.busbw_gbps - bwj->valuedouble) / bwj->valuedouble * 100;
-      double a = fabs(errp);
-      const char *bucket = sz->valuedouble >= 64.0 * 1048576 ? "" : sz->valuedouble >= 65536 ? "" : " (small)";
-      if (sz->valuedouble >= 64.0 * 1048576) big[nbig++] = a;
-      else if (sz->valuedouble >= 65536) mid[nmid++] = a;
-      else small[nsmall++] = a;
-      printf("%-34.34s %-16.16s %5d %-10s %12.0f %9.2f %9.2f %+7.1f%%%s\n", name->valuestring,
-             t.name, rk->valueint, c.algorithm, sz->valuedouble, bwj->valuedouble, c.busbw_gbps,
-             errp, bucket);
-      if (nbig >= 4096 || nmid >= 4096 || nsmall >= 4096) break;
-    }
-    cJSON_Delete(root);
-  }
-  double mb = model_median(big, nbig), mm = model_median(mid, nmid);
-  printf("# median |error| of busbw: sizes >= 64 MiB: %.1f%% over %d points (target 15%%)\n", mb,
-         nbig);
-  printf("# median |error| of busbw: 64 KiB .. 64 MiB: %.1f%% over %d points (target 35%%)\n", mm,
-         nmid);
-  if (nsmall)
-    printf("# (%d points below 64 KiB shown, not scored; median %.1f%%)\n", nsmall,
-           model_median(small, nsmall));
-  int ok = !bad && nbig > 0 && nmid > 0 && mb <= 15.0 && mm <= 35.0;
-  printf("# validation %s\n", ok ? "PASSED" : "FAILED");
-  return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {

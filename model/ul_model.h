@@ -1,8 +1,8 @@
 /* The modeled interconnect: link catalog, topologies and the alpha-beta cost model.
  * Plain C with no core dependencies (only unilink.h enums), so the sim backend (inside
  * libunilink) and the unilink-model tool share one implementation. Prefix ulsim_. */
-#ifndef UNILINK_SIM_MODEL_H
-#define UNILINK_SIM_MODEL_H
+#ifndef UNILINK_MODEL_UL_MODEL_H
+#define UNILINK_MODEL_UL_MODEL_H
 
 #include <stddef.h>
 #include <stdio.h>
@@ -118,6 +118,9 @@ typedef struct ulsim_candidate {
   char algorithm[24];
   ulsim_proto_t proto;
   double time_us;
+  double lat_us;        /* latency term (launch included), when the tuner gives one */
+  double algbw_gbps;    /* bandwidth term, 0 when not split */
+  const char *formula;  /* static text: the cost formula, or NULL */
 } ulsim_candidate_t;
 
 typedef struct ulsim_cost {
@@ -129,7 +132,21 @@ typedef struct ulsim_cost {
   double busbw_gbps;     /* algbw x nccl-tests bus factor */
   int ncand;
   ulsim_candidate_t cand[ULSIM_MAX_CAND];
+  const char *tuner;     /* whose selection rules chose (ulsim_tuner_name) */
+  char confidence[16];   /* lowest confidence of the links the result rests on */
+  char sources[1200];    /* those links' sources, "; "-joined */
 } ulsim_cost_t;
+
+/* Which library's selection the model follows on a topology. */
+typedef enum ulsim_vendor {
+  ULSIM_VENDOR_NCCL = 0, ULSIM_VENDOR_RCCL = 1, ULSIM_VENDOR_HCCL = 2, ULSIM_VENDOR_OTHER = 3
+} ulsim_vendor_t;
+ulsim_vendor_t ulsim_vendor(const ulsim_topology_t *t);
+const char *ulsim_tuner_name(ulsim_vendor_t v);
+
+/* One line a tool prints next to a modeled figure: confidence and sources of @p c, plus
+ * a warning when any link is low confidence. For bench rows and reports. Returns buf. */
+const char *ulsim_cost_provenance(const ulsim_cost_t *c, char *buf, size_t len);
 
 /* nccl-tests bus-bandwidth factor of a collective for n ranks. */
 double ulsim_bus_factor(ul_coll_t coll, int nranks);
@@ -160,6 +177,12 @@ typedef struct ulsim_train_in {
   double bucket_bytes;    /* gradient bucket */
   double overlap;         /* fraction of backward that can hide communication, 0..1 */
   double grad_bytes;      /* bytes per gradient element (2 = bf16) */
+  /* < 0: derive overlap from the bucket schedule (buckets become ready evenly through
+   * backward and run one after another); 0..1: a given fraction (older interface). */
+  double gpu_mem_gb;      /* memory per GPU for the ZeRO check, GB; 0 = not checked */
+  double param_bytes;     /* bytes per parameter (0 -> 2, bf16) */
+  double opt_bytes;       /* optimizer bytes per parameter (0 -> 12: Adam fp32 master, m, v) */
+  int tp, pp;             /* tensor / pipeline parallel degree (0 -> 1); dp = gpus/(tp pp) */
 } ulsim_train_in_t;
 
 typedef struct ulsim_train_out {
@@ -172,10 +195,19 @@ typedef struct ulsim_train_out {
   double step_s;
   double efficiency;      /* compute / step */
   int nbuckets;
+  double backward_share;  /* fraction of compute that is backward (assumed 2/3) */
+  double overlap_used;    /* fraction of gradient sync hidden */
+  double mem_gb;          /* parameters + gradients + optimizer state per GPU, GB */
+  int dp;                 /* data-parallel ranks the gradients are reduced over */
+  char confidence[16];
+  char sources[1200];
 } ulsim_train_out_t;
 
 ul_result_t ulsim_train(const ulsim_topology_t *t, const ulsim_train_in_t *in,
                         ulsim_train_out_t *out, char *err, size_t errlen);
+/* Parameters + gradients + optimizer state per GPU (GB) for ZeRO stage 0..3 over dp. */
+double ulsim_train_memory_gb(double params, int zero, int dp, double param_bytes,
+                             double grad_bytes, double opt_bytes);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
  * (Thakur, Rabenseifner, Gropp 2005; nccl-tests' bus-bandwidth factors) with NCCL's
  * published latency constants; docs/model.md derives each term. Units: microseconds,
  * GB/s (1 GB/s = 1000 bytes per microsecond), bytes. */
-#include "sim_model.h"
+#include "ul_model.h"
+#include "tuner.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -54,7 +55,9 @@ double ulsim_bus_factor(ul_coll_t coll, int n) {
     case UL_COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
     case UL_COLL_REDUCE_SCATTER:
     case UL_COLL_ALLGATHER:
+    case UL_COLL_ALLGATHERV:
     case UL_COLL_ALLTOALL:
+    case UL_COLL_ALLTOALLV:
     case UL_COLL_GATHER:
     case UL_COLL_SCATTER: return (double)(n - 1) / n;
     case UL_COLL_BROADCAST:
@@ -67,8 +70,10 @@ double ulsim_bus_factor(ul_coll_t coll, int n) {
 double ulsim_size_from_call_bytes(ul_coll_t coll, double call_bytes, int n) {
   switch (coll) {
     case UL_COLL_ALLGATHER:
+    case UL_COLL_ALLGATHERV:
     case UL_COLL_REDUCE_SCATTER:
     case UL_COLL_ALLTOALL:
+    case UL_COLL_ALLTOALLV:
     case UL_COLL_GATHER:
     case UL_COLL_SCATTER: return call_bytes * n;
     default: return call_bytes;
@@ -154,6 +159,9 @@ ul_result_t ulsim_bandwidths(const ulsim_topology_t *t, int nranks, ulsim_bw_t *
 
 /* ---------------------------------------------------------------- candidates */
 
+/* Bytes per microsecond of a GB/s figure. */
+static double sim_cost_bpus(double gbps) { return gbps * 1e3; }
+
 typedef struct sim_cost_ctx {
   const ulsim_topology_t *t;
   const ulsim_bw_t *bw;
@@ -178,13 +186,35 @@ static int sim_cost_allowed(const char *force, const char *algo) {
 static void sim_cost_add(sim_cost_ctx_t *x, const char *algo, ulsim_proto_t proto, double us) {
   if (!sim_cost_allowed(x->force, algo) || !(us >= 0) || x->out->ncand >= ULSIM_MAX_CAND) return;
   ulsim_candidate_t *c = &x->out->cand[x->out->ncand++];
+  memset(c, 0, sizeof *c);
   snprintf(c->algorithm, sizeof c->algorithm, "%s", algo);
   c->proto = proto;
   c->time_us = us;
 }
 
-/* Bytes per microsecond of a GB/s figure. */
-static double sim_cost_bpus(double gbps) { return gbps * 1e3; }
+/* Algorithms no library runs on that system by itself (direct/two-shot LL on NVSwitch,
+ * a 3-phase hierarchical allreduce): computed only when forced, as a diagnostic. */
+static void sim_cost_add_diag(sim_cost_ctx_t *x, const char *algo, ulsim_proto_t proto,
+                              double us) {
+  if (x->force && *x->force) sim_cost_add(x, algo, proto, us);
+}
+
+/* A tuner candidate: latency + launch, bytes over the algorithm bandwidth. */
+static void sim_cost_add_tuned(void *ctx, const char *algo, int proto, double lat_us,
+                               double algbw, const char *formula) {
+  sim_cost_ctx_t *x = ctx;
+  if (!(algbw > 0)) return;
+  double lat = x->t->launch_us + lat_us;
+  int before = x->out->ncand;
+  sim_cost_add(x, algo, (ulsim_proto_t)proto, lat + x->S / sim_cost_bpus(algbw));
+  if (x->out->ncand > before) {
+    ulsim_candidate_t *c = &x->out->cand[before];
+    c->lat_us = lat;
+    c->algbw_gbps = algbw;
+    c->formula = formula;
+  }
+}
+
 
 /* Pipeline fill of an algorithm of nsteps store-and-forward steps: a chunked pipeline
  * spends nsteps chunk-times filling. Chunks are S/(ranks) until they reach the
@@ -232,6 +262,10 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
     sim_cost_add(x, "local", ULSIM_SIMPLE, t->launch_us);
     return;
   }
+  /* The library's own tuner first; the older alpha-beta candidates below stay as forced
+   * diagnostics only. */
+  ulsim_tuner_allreduce(t, bw, S, sim_cost_add_tuned, x);
+  if (!x->force || !*x->force) return;
   for (int i = 0; i < np; i++) {
     int pr = protos[i];
     double f = sim_cost_proto_bw[pr];
@@ -239,7 +273,7 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
     double B = sim_cost_ring_bw(bw) * f;
     double tbw = 2.0 * (p - 1) / p * S / sim_cost_bpus(B);
     int nsteps = 2 * (p - 1);
-    sim_cost_add(x, "ring", pr,
+    sim_cost_add(x, "ring_ab", pr,
                  sim_cost_alpha(x, sim_cost_base_ring, pr, nsteps - 2 * (k - 1), 2 * (k - 1)) +
                      tbw + sim_cost_fill(t, tbw, nsteps, B));
     /* tree (NCCL double binary tree: chain inside nodes, tree across): 2((g-1) + log2 k)
@@ -251,7 +285,7 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
     Bt *= f * SIM_COST_TREE_EFF;
     double tbw_t = 2.0 * S / sim_cost_bpus(Bt) * (p - 1) / p;
     int lk = sim_cost_log2ceil(k);
-    sim_cost_add(x, "tree", pr,
+    sim_cost_add(x, "tree_ab", pr,
                  sim_cost_alpha(x, sim_cost_base_tree, pr, 2.0 * (g - 1), 2.0 * lk) + tbw_t +
                      sim_cost_fill(t, tbw_t, 2 * (g - 1 + lk), Bt));
     /* hierarchical: ring reduce-scatter in the node, allreduce of the 1/g shard across
@@ -263,7 +297,7 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
       double tn = 2.0 * (k - 1) / k * S / sim_cost_bpus(Bn);
       double tb = ti > tn ? ti : tn;
       double Bs = ti > tn ? Bi : Bn;
-      sim_cost_add(x, "hier", pr,
+      sim_cost_add_diag(x, "hier", pr,
                    sim_cost_alpha(x, sim_cost_base_ring, pr, 2.0 * (g - 1), 2.0 * (k - 1)) + tb +
                        sim_cost_fill(t, tb, 2 * (g - 1) + 2 * (k - 1), Bs));
     }
@@ -273,9 +307,9 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
   if (k == 1 && t->shape != ULSIM_SHAPE_BUS) {
     double Bj = bw->inject * sim_cost_proto_bw[ULSIM_LL];
     double t1 = (p - 1) * S / sim_cost_bpus(Bj);
-    sim_cost_add(x, "direct", ULSIM_LL, sim_cost_alpha(x, sim_cost_base_ring, ULSIM_LL, 1, 0) + t1);
+    sim_cost_add_diag(x, "direct", ULSIM_LL, sim_cost_alpha(x, sim_cost_base_ring, ULSIM_LL, 1, 0) + t1);
     double t2 = 2.0 * (p - 1) / p * S / sim_cost_bpus(Bj);
-    sim_cost_add(x, "two_shot", ULSIM_LL,
+    sim_cost_add_diag(x, "two_shot", ULSIM_LL,
                  sim_cost_alpha(x, sim_cost_base_ring, ULSIM_LL, 2, 0) + t2);
   }
   /* NVLS: the switch reduces; each GPU sends and receives S once. Multi-node: NVLS in
@@ -286,11 +320,11 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
     if (fill > SIM_COST_NVLS_FILL_CAP_US) fill = SIM_COST_NVLS_FILL_CAP_US;
     double a = t->launch_us + sim_cost_base_ring[ULSIM_SIMPLE] + t->nvls.hop_us[ULSIM_SIMPLE];
     if (k == 1) {
-      sim_cost_add(x, "nvls", ULSIM_SIMPLE, a + tn + fill);
+      sim_cost_add(x, "nvls_ab", ULSIM_SIMPLE, a + tn + fill);
     } else {
       double tx = 2.0 * (k - 1) / k * S / sim_cost_bpus(bw->inter);
       double tb = tn > tx ? tn : tx;
-      sim_cost_add(x, "nvls_tree", ULSIM_SIMPLE,
+      sim_cost_add(x, "nvls_tree_ab", ULSIM_SIMPLE,
                    a + 2.0 * sim_cost_log2ceil(k) * bw->hop_inter[ULSIM_SIMPLE] + tb + fill);
     }
   }
@@ -321,14 +355,14 @@ static void sim_cost_rs_ag(sim_cost_ctx_t *x) {
       double ti = (double)(g - 1) / g * S / sim_cost_bpus(Bi);
       double tn = (double)(k - 1) / k * S / sim_cost_bpus(Bn);
       double tb = ti > tn ? ti : tn;
-      sim_cost_add(x, "hier", pr,
+      sim_cost_add_diag(x, "hier", pr,
                    sim_cost_alpha(x, sim_cost_base_ring, pr, g - 1, k - 1) + tb +
                        sim_cost_fill(t, tb, (g - 1) + (k - 1), ti > tn ? Bi : Bn));
     }
   }
   if (k == 1 && t->shape != ULSIM_SHAPE_BUS) {
     double Bj = bw->inject * sim_cost_proto_bw[ULSIM_LL];
-    sim_cost_add(x, "direct", ULSIM_LL,
+    sim_cost_add_diag(x, "direct", ULSIM_LL,
                  sim_cost_alpha(x, sim_cost_base_ring, ULSIM_LL, 1, 0) +
                      (double)(p - 1) / p * S / sim_cost_bpus(Bj));
   }
@@ -364,7 +398,7 @@ static void sim_cost_bcast_reduce(sim_cost_ctx_t *x) {
   }
   if (k == 1 && t->shape != ULSIM_SHAPE_BUS) {
     double Bj = bw->inject * sim_cost_proto_bw[ULSIM_LL];
-    sim_cost_add(x, "direct", ULSIM_LL,
+    sim_cost_add_diag(x, "direct", ULSIM_LL,
                  sim_cost_alpha(x, sim_cost_base_ring, ULSIM_LL, 1, 0) +
                      (p - 1) * S / sim_cost_bpus(Bj));
   }
@@ -424,6 +458,49 @@ static void sim_cost_sendrecv(sim_cost_ctx_t *x) {
   }
 }
 
+static int sim_cost_conf_rank(const char *c) {
+  return !strcmp(c, "high") ? 2 : !strcmp(c, "medium") ? 1 : 0;
+}
+
+/* The links a result rests on: the scale-up link (and NVLS when it was chosen), the NIC
+ * when the communicator spans nodes. Confidence is the lowest of them. */
+static void sim_cost_provenance_fill(const ulsim_topology_t *t, const ulsim_bw_t *bw,
+                                     ulsim_cost_t *out) {
+  const ulsim_link_t *use[3];
+  int n = 0;
+  use[n++] = &t->intra;
+  if (t->has_nvls && !strncmp(out->algorithm, "nvls", 4)) use[n++] = &t->nvls;
+  if (bw->nnodes > 1 && t->has_inter) use[n++] = &t->inter;
+  int lo = 2;
+  size_t off = 0;
+  out->sources[0] = 0;
+  for (int i = 0; i < n; i++) {
+    int r = sim_cost_conf_rank(use[i]->confidence);
+    if (r < lo) lo = r;
+    int w = snprintf(out->sources + off, sizeof out->sources - off, "%s%s: %s", i ? "; " : "",
+                     use[i]->name, use[i]->source);
+    if (w < 0 || (size_t)w >= sizeof out->sources - off) break;
+    off += (size_t)w;
+  }
+  snprintf(out->confidence, sizeof out->confidence, "%s",
+           lo == 2 ? "high" : lo == 1 ? "medium" : "low");
+}
+
+const char *ulsim_cost_provenance(const ulsim_cost_t *c, char *buf, size_t len) {
+  if (!buf || !len) return buf;
+  if (!c) {
+    buf[0] = 0;
+    return buf;
+  }
+  snprintf(buf, len, "confidence %s; selection: %s; sources: %s%s", c->confidence,
+           c->tuner ? c->tuner : "?", c->sources,
+           !strcmp(c->confidence, "low")
+               ? "\nWARNING: low confidence: this figure rests on a single vendor claim or an "
+                 "assumed value; do not quote it as measured"
+               : "");
+  return buf;
+}
+
 ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_bytes, int nranks,
                        const char *force_algo, ulsim_cost_t *out, char *err, size_t errlen) {
   if (!t || !out) return sim_cost_err(err, errlen, "model: NULL argument");
@@ -443,10 +520,12 @@ ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_by
       sim_cost_allreduce(&x);
       break;
     case UL_COLL_REDUCE_SCATTER:
+    case UL_COLL_ALLGATHERV: /* modeled as the even allgather of the same total */
     case UL_COLL_ALLGATHER: sim_cost_rs_ag(&x); break;
     case UL_COLL_BROADCAST:
     case UL_COLL_REDUCE: sim_cost_bcast_reduce(&x); break;
     case UL_COLL_ALLTOALL:
+    case UL_COLL_ALLTOALLV: /* modeled as the even alltoall of the same total */
     case UL_COLL_GATHER:
     case UL_COLL_SCATTER: sim_cost_exchange(&x, coll); break;
     case UL_COLL_SENDRECV: sim_cost_sendrecv(&x); break;
@@ -466,79 +545,8 @@ ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_by
   out->size_bytes = size_bytes;
   out->algbw_gbps = out->time_us > 0 ? size_bytes / (out->time_us * 1e3) : 0;
   out->busbw_gbps = out->algbw_gbps * ulsim_bus_factor(coll, nranks);
+  out->tuner = ulsim_tuner_name(ulsim_vendor(t));
+  sim_cost_provenance_fill(t, &bw, out);
   return UL_OK;
 }
 
-/* ------------------------------------------------------------ training estimator */
-
-ul_result_t ulsim_train(const ulsim_topology_t *t, const ulsim_train_in_t *in,
-                        ulsim_train_out_t *out, char *err, size_t errlen) {
-  if (!t || !in || !out) return sim_cost_err(err, errlen, "train: NULL argument");
-  if (!(in->params > 0)) return sim_cost_err(err, errlen, "train: --params must be > 0");
-  if (in->gpus < 1) return sim_cost_err(err, errlen, "train: --gpus must be >= 1");
-  if (!(in->tokens_per_gpu > 0))
-    return sim_cost_err(err, errlen, "train: --tokens-per-gpu must be > 0");
-  if (!(in->gpu_tflops > 0)) return sim_cost_err(err, errlen, "train: --gpu-tflops must be > 0");
-  if (!(in->mfu > 0 && in->mfu <= 1))
-    return sim_cost_err(err, errlen, "train: --mfu must be in (0, 1]");
-  if (in->zero < 0 || in->zero > 3) return sim_cost_err(err, errlen, "train: --zero must be 0..3");
-  if (!(in->overlap >= 0 && in->overlap <= 1))
-    return sim_cost_err(err, errlen, "train: --overlap must be in [0, 1]");
-  if (!(in->grad_bytes > 0)) return sim_cost_err(err, errlen, "train: gradient bytes must be > 0");
-  memset(out, 0, sizeof *out);
-  /* C = 6 N D (Kaplan et al. 2020): 2N forward + 4N backward per token */
-  out->compute_s = 6.0 * in->params * in->tokens_per_gpu / (in->gpu_tflops * 1e12 * in->mfu);
-  double total = in->params * in->grad_bytes;
-  double bucket = in->bucket_bytes > 0 && in->bucket_bytes < total ? in->bucket_bytes : total;
-  int nfull = (int)floor(total / bucket);
-  double rem = total - nfull * bucket;
-  if (rem < 1e-6 * bucket) rem = 0;
-  out->nbuckets = nfull + (rem > 0);
-  /* ZeRO-1/2 reduce-scatter gradients and all-gather parameters (same 2x volume as
-   * allreduce); ZeRO-3 all-gathers parameters twice (forward and backward): 3x. */
-  ul_coll_t colls[3];
-  int ncoll = 0;
-  if (in->zero == 0) colls[ncoll++] = UL_COLL_ALLREDUCE;
-  else {
-    colls[ncoll++] = UL_COLL_REDUCE_SCATTER;
-    colls[ncoll++] = UL_COLL_ALLGATHER;
-    if (in->zero == 3) colls[ncoll++] = UL_COLL_ALLGATHER;
-  }
-  double comm_us = 0, last_us = 0, bucket_us = 0;
-  for (int c = 0; c < ncoll; c++) {
-    ulsim_cost_t cost;
-    ul_result_t rc = ulsim_cost(t, colls[c], bucket, in->gpus, NULL, &cost, err, errlen);
-    if (rc != UL_OK) return rc;
-    double per = cost.time_us;
-    bucket_us += per;
-    if (c == 0) {
-      snprintf(out->algorithm, sizeof out->algorithm, "%s", cost.algorithm);
-      out->busbw_gbps = cost.busbw_gbps;
-    }
-    double rem_us = 0;
-    if (rem > 0) {
-      ulsim_cost_t rc2;
-      rc = ulsim_cost(t, colls[c], rem, in->gpus, NULL, &rc2, err, errlen);
-      if (rc != UL_OK) return rc;
-      rem_us = rc2.time_us;
-    }
-    comm_us += nfull * per + rem_us;
-    last_us += rem > 0 ? rem_us : per;
-  }
-  out->bucket_us = bucket_us;
-  out->comm_s = comm_us * 1e-6;
-  /* Buckets run during backward (2/3 of compute); ZeRO-3's parameter gathers also hide
-   * behind forward. The last bucket starts when backward ends: always exposed. */
-  double hideable = in->overlap * out->compute_s * (in->zero == 3 ? 1.0 : 2.0 / 3.0);
-  double last_s = last_us * 1e-6;
-  if (in->overlap <= 0)
-    out->exposed_s = out->comm_s;
-  else {
-    double rest = out->comm_s - last_s - hideable;
-    out->exposed_s = (rest > 0 ? rest : 0) + last_s;
-  }
-  if (in->gpus == 1) out->exposed_s = out->comm_s = 0;
-  out->step_s = out->compute_s + out->exposed_s;
-  out->efficiency = out->compute_s / out->step_s;
-  return UL_OK;
-}

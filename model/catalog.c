@@ -1,6 +1,6 @@
 /* Link catalog and topology files (JSON, parsed with cJSON). Every error names the
  * file, the entry and the field, so a user editing a topology finds the problem. */
-#include "sim_model.h"
+#include "ul_model.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
