@@ -36,6 +36,9 @@ typedef struct bench_opts {
   int root;
   int blocking, average, nthreads, ngpus, timeout_s, per_iter, per_iter_skip;
   int cputime, timestamps, unalign, model_iters, verbose;
+  int perf_name;            /* started as all_reduce_perf etc. */
+  int extra_columns;        /* --extra-columns: %roof/algorithm in data rows (not strict) */
+  const char *prog;         /* nccl-tests program name printed in the banner/footer */
   const char *json, *plot;
   int nbackends;
   char *backends[BENCH_MAX_BACKENDS];
@@ -53,6 +56,8 @@ typedef struct bench_side {
   int have_stats;
   bench_stats_t stats; /* microseconds */
   double *iter_us;     /* per-iteration (max over ranks), iters entries */
+  double *proc_us;     /* under mpirun: nranks x iters (each process's own times) */
+  int nproc_rows;
 } bench_side_t;
 
 typedef struct bench_row {
@@ -66,6 +71,12 @@ typedef struct bench_row {
   double roof_pct; /* < 0: none */
 } bench_row_t;
 
+/* One line of "# Using devices". */
+typedef struct bench_dev {
+  int rank, group, pid, device;
+  char host[79];
+} bench_dev_t;
+
 /* A sweep of one backend. */
 typedef struct bench_run {
   const bench_opts_t *o;
@@ -76,7 +87,11 @@ typedef struct bench_run {
   int mpi, proc, nprocs;    /* launched by mpirun: one rank per process */
   int nranks, nlocal, first_rank;
   int nthreads, ngpus;
+  int color;                /* NCCL_TESTS_SPLIT group of this process */
+  bench_dev_t *devs;        /* ndevs (every rank of the world), bench_gather_devices */
+  int ndevs;
   ul_comm_t *comms;
+  ul_comm_t world;          /* NCCL_TESTS_SPLIT: the whole-world comm behind comms[0] */
   ul_stream_t *streams;
   char **sbuf, **rbuf;
   char **shadow;            /* per local rank: host staging memory of bufbytes */
@@ -121,13 +136,27 @@ double bench_measure_membw(void);
 /* p2p matrices */
 int bench_p2p_main(const bench_opts_t *o);
 /* JSON and plot */
-int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns);
 int bench_write_plot(const bench_opts_t *o, bench_run_t **runs, int nruns);
 /* communicator setup shared with p2p */
 int bench_comms_create(bench_run_t *r);
 void bench_comms_destroy(bench_run_t *r);
 int bench_exit_for(ul_result_t rc);
+/* text output (bench_table.c) */
 void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r);
+int bench_gather_devices(bench_run_t *r);
 void bench_print_devices(const bench_run_t *r);
+void bench_print_block_start(const bench_run_t *r);
+void bench_print_header(const bench_run_t *r);
+void bench_print_row(const bench_run_t *r, const bench_row_t *row);
+void bench_print_extras(const bench_run_t *r);
+double bench_avg_busbw(const bench_run_t *r);
+void bench_print_secondary_footer(const bench_run_t *r);
+void bench_print_footer(const bench_opts_t *o, const bench_run_t *primary, double check_bw);
+void bench_print_side_by_side(const bench_opts_t *o, bench_run_t **runs, int nruns);
+/* JSON: primary = index of the run whose rows are the top-level results (-1: none) */
+int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int primary,
+                     double check_bw);
+/* NCCL_TESTS_SPLIT / _SPLIT_MASK colour of process @p proc (0 when unset) */
+int bench_split_color(int proc);
 
 #endif

@@ -1,6 +1,7 @@
 /* One small descriptor per operation: buffers, call, expected result. */
 #include "bench_ops.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static char *bench_at(char *base, size_t elems, size_t es) { return base + elems * es; }
@@ -68,6 +69,55 @@ static ul_result_t run_sendrecv(const bench_call_t *c, const void *s, void *r) {
   return a != UL_OK ? a : b != UL_OK ? b : e;
 }
 
+static ul_result_t run_hypercube(const bench_call_t *c, const void *s, void *r) {
+  /* nccl-tests hypercube_perf: own block in place, then log2(n) exchanges of doubling
+   * size with rank ^ mask (n must be a power of two, as there) */
+  int n = c->nranks, me = c->rank;
+  size_t b = c->counts.paramcount, bb = b * c->es;
+  char *rb = r;
+  if (rb + (size_t)me * bb != (const char *)s && bb) {
+    ul_result_t rc = ul_mem_copy(rb + (size_t)me * bb, s, bb, c->comm, c->stream);
+    if (rc != UL_OK) return rc;
+  }
+  for (int mask = 1; mask < n; mask <<= 1) {
+    int lo = me & ~(mask - 1), peer_lo = lo ^ mask;
+    ul_result_t rc = ul_group_start();
+    if (rc != UL_OK) return rc;
+    ul_result_t a = ul_send(rb + (size_t)lo * bb, b * (size_t)mask, c->dtype, me ^ mask, c->comm,
+                            c->stream);
+    ul_result_t q = ul_recv(rb + (size_t)peer_lo * bb, b * (size_t)mask, c->dtype, me ^ mask,
+                            c->comm, c->stream);
+    rc = ul_group_end();
+    if (a != UL_OK || q != UL_OK || rc != UL_OK) return a != UL_OK ? a : q != UL_OK ? q : rc;
+  }
+  return UL_OK;
+}
+
+/* uniform counts for the v-forms; small rank counts on the stack (the call is timed) */
+#define BENCH_V_STACK 256
+static ul_result_t run_alltoallv(const bench_call_t *c, const void *s, void *r) {
+  size_t st[4 * BENCH_V_STACK], *v = st, n = (size_t)c->nranks;
+  if (n > BENCH_V_STACK && !(v = malloc(4 * n * sizeof *v))) return UL_ERR_NO_MEMORY;
+  for (size_t j = 0; j < n; j++) {
+    v[j] = v[2 * n + j] = c->counts.paramcount;
+    v[n + j] = v[3 * n + j] = j * c->counts.paramcount;
+  }
+  ul_result_t rc = ul_alltoallv(s, v, v + n, r, v + 2 * n, v + 3 * n, c->dtype, c->comm, c->stream);
+  if (v != st) free(v);
+  return rc;
+}
+static ul_result_t run_allgatherv(const bench_call_t *c, const void *s, void *r) {
+  size_t st[2 * BENCH_V_STACK], *v = st, n = (size_t)c->nranks;
+  if (n > BENCH_V_STACK && !(v = malloc(2 * n * sizeof *v))) return UL_ERR_NO_MEMORY;
+  for (size_t j = 0; j < n; j++) {
+    v[j] = c->counts.paramcount;
+    v[n + j] = j * c->counts.paramcount;
+  }
+  ul_result_t rc = ul_allgatherv(s, c->counts.paramcount, r, v, v + n, c->dtype, c->comm, c->stream);
+  if (v != st) free(v);
+  return rc;
+}
+
 /* ---- expected results (gen values of the source rank and element) ------------- */
 
 static size_t count_param(const bench_call_t *c) { return c->counts.paramcount; }
@@ -125,6 +175,10 @@ static const bench_op_desc_t bench_descs[BENCH_OP_COUNT] = {
     [BENCH_GATHER] = {BENCH_GATHER, ptrs_gatherlike, run_gather, exp_gather, count_recv},
     [BENCH_SCATTER] = {BENCH_SCATTER, ptrs_scatterlike, run_scatter, exp_scatter, count_recv},
     [BENCH_SENDRECV] = {BENCH_SENDRECV, ptrs_same, run_sendrecv, exp_sendrecv, count_param},
+    [BENCH_HYPERCUBE] = {BENCH_HYPERCUBE, ptrs_gatherlike, run_hypercube, exp_allgather, count_recv},
+    [BENCH_ALLTOALLV] = {BENCH_ALLTOALLV, ptrs_same, run_alltoallv, exp_alltoall, count_recv},
+    [BENCH_ALLGATHERV] = {BENCH_ALLGATHERV, ptrs_gatherlike, run_allgatherv, exp_allgather,
+                          count_recv},
 };
 
 const bench_op_desc_t *bench_op_desc(bench_op_t op) {

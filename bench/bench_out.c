@@ -50,13 +50,27 @@ static void bench_jside(FILE *f, const bench_opts_t *o, const bench_side_t *S) {
   fprintf(f, "}");
 }
 
-static void bench_jiter(FILE *f, const bench_side_t *S, int iters) {
+static void bench_jiter(FILE *f, const bench_side_t *S, int iters, int skipped) {
   const bench_stats_t *st = &S->stats;
-  fprintf(f, "{\"min_us\":%.6f,\"max_us\":%.6f,\"avg_us\":%.6f,\"p50_us\":%.6f,\"p95_us\":%.6f,"
-             "\"p99_us\":%.6f,\"stdev_us\":%.6f,\"cv_pct\":%.6f,\"times_us\":[",
-          st->min, st->max, st->mean, st->median, st->p95, st->p99, st->stdev, st->cv_pct);
+  /* nccl-tests 2.19 writePerIterReport: summary over iterations after the skipped ones,
+   * times_us all of them, per_process_max_times_us one row per process when > 1 */
+  fprintf(f, "{\"skipped_iterations\":%d,\"min_us\":%.6f,\"max_us\":%.6f,\"avg_us\":%.6f,"
+             "\"p50_us\":%.6f,\"p95_us\":%.6f,\"p99_us\":%.6f,\"stdev_us\":%.6f,\"cv_pct\":%.6f,"
+             "\"times_us\":[",
+          skipped, st->min, st->max, st->mean, st->median, st->p95, st->p99, st->stdev, st->cv_pct);
   for (int i = 0; i < iters; i++) fprintf(f, "%s%.6f", i ? "," : "", S->iter_us[i]);
-  fprintf(f, "]}");
+  fprintf(f, "]");
+  if (S->proc_us && S->nproc_rows > 1) {
+    fprintf(f, ",\"per_process_max_times_us\":[");
+    for (int p = 0; p < S->nproc_rows; p++) {
+      fprintf(f, "%s[", p ? "," : "");
+      for (int i = 0; i < iters; i++)
+        fprintf(f, "%s%.6f", i ? "," : "", S->proc_us[(size_t)p * iters + i]);
+      fprintf(f, "]");
+    }
+    fprintf(f, "]");
+  }
+  fprintf(f, "}");
 }
 
 static FILE *bench_open_exclusive(const char *path, char *used, size_t n) {
@@ -71,7 +85,74 @@ static FILE *bench_open_exclusive(const char *path, char *used, size_t n) {
   return NULL;
 }
 
-int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns) {
+static void bench_jresults(FILE *f, const bench_opts_t *o, const bench_run_t *r) {
+  int iters = r->modeled && o->model_iters > 0 && o->model_iters < o->iters ? o->model_iters
+                                                                           : o->iters;
+  int skip = o->per_iter_skip < iters ? o->per_iter_skip : 0;
+  fprintf(f, "[");
+  for (int i = 0; i < r->nrows; i++) {
+    const bench_row_t *row = &r->rows[i];
+    const char *redop = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV
+                            ? ul_op_name(row->redop) : "none";
+    char root[16];
+    snprintf(root, sizeof root, "%6d", row->root);
+    fprintf(f, "%s{\"size\":%zu,\"count\":%zu,\"type\":", i ? "," : "", row->bytes, row->count);
+    bench_jstr(f, bench_dtype_nccl_name(row->dtype));
+    fprintf(f, ",\"redop\":");
+    bench_jstr(f, redop);
+    fprintf(f, ",\"root\":");
+    bench_jstr(f, root);
+    fprintf(f, ",\"out_of_place\":");
+    bench_jside(f, o, &row->side[0]);
+    fprintf(f, ",\"in_place\":");
+    bench_jside(f, o, &row->side[1]);
+    for (int s = 0; s < 2; s++) {
+      if (!o->per_iter || !row->side[s].have_stats || !row->side[s].iter_us) continue;
+      fprintf(f, ",\"%s_per_iter\":", s ? "in_place" : "out_of_place");
+      bench_jiter(f, &row->side[s], iters, skip);
+    }
+    fprintf(f, ",\"actual_iterations\":%d,\"experiment_name\":\"\",\"backend\":", iters);
+    bench_jstr(f, r->backend);
+    fprintf(f, ",\"algorithm\":");
+    bench_jstr(f, row->algorithm);
+    fprintf(f, ",\"path\":");
+    bench_jstr(f, row->path);
+    fprintf(f, ",\"fallback\":%s,\"time_source\":\"%s\",\"measured_us\":",
+            row->fallback ? "true" : "false", r->modeled ? "modeled" : "measured");
+    bench_jnum(f, row->side[0].measured_us);
+    fprintf(f, ",\"modeled_us\":");
+    if (r->modeled) bench_jnum(f, row->side[0].modeled_us);
+    else fprintf(f, "null");
+    fprintf(f, ",\"roof_pct\":");
+    if (row->roof_pct >= 0) bench_jnum(f, row->roof_pct);
+    else fprintf(f, "null");
+    fprintf(f, "}");
+  }
+  fprintf(f, "]");
+}
+
+static void bench_jdevices(FILE *f, const bench_run_t *r) {
+  fprintf(f, "[");
+  for (int q = 0; r->devs && q < r->ndevs; q++) {
+    const bench_dev_t *d = &r->devs[q];
+    fprintf(f, "%s{\"rank\":%d,\"group\":%d,\"pid\":%d,\"hostname\":", q ? "," : "", d->rank,
+            d->group, d->pid);
+    bench_jstr(f, d->host);
+    fprintf(f, ",\"device\":%d,\"device_hex\":", d->device);
+    bench_jstr(f, r->base);
+    fprintf(f, ",\"device_info\":");
+    bench_jstr(f, r->info.description);
+    fprintf(f, "}");
+  }
+  fprintf(f, "]");
+}
+
+/* nccl-tests 2.19 JSON (src/util.cu): config with devices, results of one sweep (the
+ * primary backend's), out_of_bounds, average_bus_bandwidth with the NCCL_TESTS_MIN_BW
+ * verdict, errors. unilink adds keys only: "unilink_version", per-row "backend" and
+ * friends, and "backends" (every backend; the others' rows in their own "results"). */
+int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int primary,
+                     double check_bw) {
   char used[4096];
   FILE *f = bench_open_exclusive(o->json, used, sizeof used);
   if (!f) {
@@ -79,8 +160,6 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns) {
     return -1;
   }
   printf("# Writing JSON output to %s\n", used);
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
   fprintf(f, "{\"version\":3,\"start_time\":");
   bench_jnow(f);
   fprintf(f, ",\"args\":[");
@@ -97,34 +176,28 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns) {
     first = 0;
     bench_jstr(f, *e);
   }
-  fprintf(f, "],\"nccl_version\":null,\"unilink_version\":");
+  fprintf(f, "],\"nccl_version\":0,\"unilink_version\":");
   bench_jstr(f, ul_version_string());
-  const bench_run_t *r0 = runs[0];
+  const bench_run_t *r0 = runs[primary >= 0 ? primary : 0];
   fprintf(f, ",\"config\":{\"nthreads\":%d,\"ngpus\":%d,\"minimum_bytes\":%zu,\"maximum_bytes\":%zu,",
           r0->nthreads, r0->ngpus, o->minb, o->maxb);
   if (o->stepf > 1) fprintf(f, "\"step_factor\":%ld,", o->stepf);
   else fprintf(f, "\"step_bytes\":%zu,", o->stepb);
   fprintf(f, "\"warmup_iters\":%d,\"iterations\":%d,\"aggregated_iterations\":%d,\"validation\":%d,"
              "\"graph\":0,\"blocking_collectives\":\"%s\",\"per_iter_timing\":\"%s\","
-             "\"per_iter_skip\":%d,\"parallel_init\":\"false\",\"operation\":",
+             "\"per_iter_skip\":%d,\"parallel_init\":\"false\",\"devices\":",
           o->warmup, o->iters, o->agg, o->check, o->blocking ? "true" : "false",
           o->per_iter ? "true" : "false", o->per_iter_skip);
+  bench_jdevices(f, r0);
+  fprintf(f, ",\"operation\":");
   bench_jstr(f, bench_op_name(o->op));
-  fprintf(f, ",\"ranks\":%d,\"model_iters\":%d},\"devices\":[", r0->nranks, o->model_iters);
-  for (int q = 0; q < r0->nranks; q++) {
-    fprintf(f, "%s{\"rank\":%d,\"group\":0,\"pid\":%d,\"hostname\":", q ? "," : "", q,
-            r0->mpi ? -1 : (int)getpid());
-    bench_jstr(f, host);
-    fprintf(f, ",\"device\":-1,\"device_hex\":");
-    bench_jstr(f, r0->base);
-    fprintf(f, ",\"device_info\":");
-    bench_jstr(f, r0->info.description);
-    fprintf(f, "}");
-  }
-  fprintf(f, "],\"backends\":[");
+  fprintf(f, ",\"ranks\":%d,\"model_iters\":%d},\"results\":", r0->nranks, o->model_iters);
+  if (primary >= 0) bench_jresults(f, o, runs[primary]);
+  else fprintf(f, "[]");
+  fprintf(f, ",\"backends\":[");
   for (int b = 0; b < nruns; b++) {
     const bench_run_t *r = runs[b];
-    fprintf(f, "%s{\"name\":", b ? "," : "");
+    fprintf(f, "%s{\"backend\":", b ? "," : "");
     bench_jstr(f, r->backend);
     fprintf(f, ",\"base\":");
     bench_jstr(f, r->base);
@@ -132,68 +205,31 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns) {
     bench_jstr(f, r->info.description);
     fprintf(f, ",\"version\":");
     bench_jstr(f, r->info.version);
-    fprintf(f, ",\"plugin\":%s,\"time_source\":\"%s\",\"memory_bandwidth_gbs\":",
-            r->info.plugin ? "true" : "false", r->modeled ? "modeled" : "measured");
+    fprintf(f, ",\"plugin\":%s,\"time_source\":\"%s\",\"primary\":%s,\"memory_bandwidth_gbs\":",
+            r->info.plugin ? "true" : "false", r->modeled ? "modeled" : "measured",
+            b == primary ? "true" : "false");
     if (r->membw > 0) bench_jnum(f, r->membw);
     else fprintf(f, "null");
-    fprintf(f, ",\"out_of_bounds\":%d,\"average_bus_bandwidth\":", r->errors);
-    bench_jnum(f, r->bw_count ? r->bw_sum / r->bw_count : 0.0);
+    fprintf(f, ",\"out_of_bounds\":{\"count\":%d,\"okay\":\"%s\"},\"mean_bus_bandwidth\":",
+            r->errors, r->errors ? "false" : "true");
+    bench_jnum(f, bench_avg_busbw(r));
+    if (b != primary) {
+      /* the primary's rows are the top-level "results" only (no row appears twice) */
+      fprintf(f, ",\"results\":");
+      bench_jresults(f, o, r);
+    }
     fprintf(f, "}");
   }
-  fprintf(f, "],\"results\":[");
-  int firstrow = 1, errors = 0;
-  for (int b = 0; b < nruns; b++) {
-    const bench_run_t *r = runs[b];
-    errors += r->errors;
-    int iters = r->modeled && o->model_iters > 0 && o->model_iters < o->iters ? o->model_iters
-                                                                             : o->iters;
-    for (int i = 0; i < r->nrows; i++) {
-      const bench_row_t *row = &r->rows[i];
-      const char *redop = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV
-                              ? ul_op_name(row->redop) : "none";
-      char root[16];
-      snprintf(root, sizeof root, "%6d", row->root);
-      fprintf(f, "%s{\"size\":%zu,\"count\":%zu,\"type\":", firstrow ? "" : ",", row->bytes,
-              row->count);
-      firstrow = 0;
-      bench_jstr(f, bench_dtype_nccl_name(row->dtype));
-      fprintf(f, ",\"redop\":");
-      bench_jstr(f, redop);
-      fprintf(f, ",\"root\":");
-      bench_jstr(f, root);
-      fprintf(f, ",\"out_of_place\":");
-      bench_jside(f, o, &row->side[0]);
-      fprintf(f, ",\"in_place\":");
-      bench_jside(f, o, &row->side[1]);
-      for (int s = 0; s < 2; s++) {
-        if (!o->per_iter || !row->side[s].have_stats || !row->side[s].iter_us) continue;
-        fprintf(f, ",\"%s_per_iter\":", s ? "in_place" : "out_of_place");
-        bench_jiter(f, &row->side[s], iters);
-      }
-      fprintf(f, ",\"actual_iterations\":%d,\"experiment_name\":\"\",\"backend\":", iters);
-      bench_jstr(f, r->backend);
-      fprintf(f, ",\"algorithm\":");
-      bench_jstr(f, row->algorithm);
-      fprintf(f, ",\"path\":");
-      bench_jstr(f, row->path);
-      fprintf(f, ",\"fallback\":%s,\"time_source\":\"%s\",\"measured_us\":",
-              row->fallback ? "true" : "false", r->modeled ? "modeled" : "measured");
-      bench_jnum(f, row->side[0].measured_us);
-      fprintf(f, ",\"modeled_us\":");
-      if (r->modeled) bench_jnum(f, row->side[0].modeled_us);
-      else fprintf(f, "null");
-      fprintf(f, ",\"roof_pct\":");
-      if (row->roof_pct >= 0) bench_jnum(f, row->roof_pct);
-      else fprintf(f, "null");
-      fprintf(f, "}");
-    }
-  }
-  double avg = runs[0]->bw_count ? runs[0]->bw_sum / runs[0]->bw_count : 0.0;
-  fprintf(f, "],\"out_of_bounds\":{\"count\":%d,\"okay\":\"%s\"},"
+  fprintf(f, "]");
+  int errors = primary >= 0 ? runs[primary]->errors : 0;
+  double avg = primary >= 0 ? bench_avg_busbw(runs[primary]) : 0.0;
+  fprintf(f, ",\"out_of_bounds\":{\"count\":%d,\"okay\":\"%s\"},"
              "\"average_bus_bandwidth\":{\"bandwidth\":",
           errors, errors ? "false" : "true");
   bench_jnum(f, avg);
-  fprintf(f, ",\"okay\":\"unchecked\"},\"errors\":[],\"end_time\":");
+  if (check_bw < 0 || primary < 0) fprintf(f, ",\"okay\":\"unchecked\"}");
+  else fprintf(f, ",\"okay\":\"%s\"}", avg >= check_bw * 0.9 ? "true" : "false");
+  fprintf(f, ",\"errors\":[],\"end_time\":");
   bench_jnow(f);
   fprintf(f, "}\n");
   return fclose(f) == 0 ? 0 : -1;

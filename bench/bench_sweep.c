@@ -115,205 +115,6 @@ void bench_exchange_free(bench_run_t *r) {
 }
 
 /* ---------------------------------------------------------------------------- */
-/* communicators                                                                  */
-/* ---------------------------------------------------------------------------- */
-
-typedef struct bench_init_arg {
-  bench_run_t *r;
-  ul_unique_id_t id;
-  int local;
-  ul_result_t rc;
-} bench_init_arg_t;
-
-static void bench_config(const bench_run_t *r, ul_config_t *cfg) {
-  ul_config_t init = UL_CONFIG_INIT;
-  *cfg = init;
-  cfg->backend = r->backend;
-  if (r->o->timeout_s > 0) cfg->timeout_ms = r->o->timeout_s * 1000;
-  cfg->name = "unilink-bench";
-}
-
-static void *bench_init_thread(void *p) {
-  bench_init_arg_t *a = p;
-  ul_config_t cfg;
-  bench_config(a->r, &cfg);
-  a->rc = ul_comm_init_rank(&a->r->comms[a->local], &cfg, a->r->nranks, a->id,
-                            a->r->first_rank + a->local);
-  return NULL;
-}
-
-int bench_comms_create(bench_run_t *r) {
-  r->comms = calloc((size_t)r->nlocal, sizeof(ul_comm_t));
-  r->streams = calloc((size_t)r->nlocal, sizeof(ul_stream_t));
-  if (!r->comms || !r->streams) return BENCH_EXIT_INTERNAL;
-  ul_result_t rc;
-  if (r->mpi) {
-    ul_unique_id_t id;
-    int rank = 0, n = 0;
-    rc = ul_bootstrap_mpi(r->backend, &id, &rank, &n);
-    if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_bootstrap_mpi(%s): %s: %s\n", r->backend,
-              ul_result_name(rc), ul_last_error());
-      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
-    }
-    r->proc = rank;
-    r->nprocs = n;
-    r->nranks = n;
-    r->first_rank = rank;
-    ul_config_t cfg;
-    bench_config(r, &cfg);
-    rc = ul_comm_init_rank(&r->comms[0], &cfg, n, id, rank);
-    if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
-              rank, n, ul_result_name(rc), ul_last_error());
-      return bench_exit_for(rc);
-    }
-  } else if (r->nthreads == 1 && r->ngpus > 1) {
-    /* -g G on one thread: one process driving G ranks, as ncclCommInitAll */
-    ul_config_t cfg;
-    bench_config(r, &cfg);
-    rc = ul_comm_init_all(r->comms, &cfg, r->ngpus, NULL);
-    if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_all(%s, %d ranks): %s: %s\n", r->backend,
-              r->ngpus, ul_result_name(rc), ul_last_error());
-      return bench_exit_for(rc);
-    }
-  } else {
-    ul_unique_id_t id;
-    rc = ul_get_unique_id(r->backend, &id);
-    if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_get_unique_id(%s): %s: %s\n", r->backend,
-              ul_result_name(rc), ul_last_error());
-      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
-    }
-    /* every rank joins from its own thread: ul_comm_init_rank waits for all */
-    bench_init_arg_t *args = calloc((size_t)r->nlocal, sizeof *args);
-    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
-    if (!args || !th) { free(args); free(th); return BENCH_EXIT_INTERNAL; }
-    for (int i = 0; i < r->nlocal; i++) {
-      args[i].r = r;
-      args[i].id = id;
-      args[i].local = i;
-      if (pthread_create(&th[i], NULL, bench_init_thread, &args[i]) != 0) {
-        args[i].rc = UL_ERR_SYSTEM;
-        th[i] = 0;
-      }
-    }
-    int bad = -1;
-    for (int i = 0; i < r->nlocal; i++) {
-      if (th[i]) pthread_join(th[i], NULL);
-      if (args[i].rc != UL_OK && bad < 0) bad = i;
-    }
-    if (bad >= 0) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
-              bad, r->nranks, ul_result_name(args[bad].rc),
-              r->comms[bad] ? ul_comm_last_error(r->comms[bad]) : ul_last_error());
-      int code = bench_exit_for(args[bad].rc);
-      free(args);
-      free(th);
-      return code;
-    }
-    free(args);
-    free(th);
-  }
-  if (r->ngpus > 1) {
-    /* one thread drives several ranks: calls must be enqueued, not run in place */
-    for (int i = 0; i < r->nlocal; i++) {
-      rc = ul_stream_create(r->comms[i], &r->streams[i]);
-      if (rc != UL_OK) {
-        fprintf(stderr, "unilink-bench: -g %d needs streams on backend %s: ul_stream_create: %s: %s\n",
-                r->ngpus, r->backend, ul_result_name(rc), ul_comm_last_error(r->comms[i]));
-        return bench_exit_for(rc);
-      }
-    }
-  }
-  return BENCH_EXIT_OK;
-}
-
-static void *bench_fini_thread(void *p) {
-  ul_comm_t comm = *(ul_comm_t *)p;
-  /* finalize is collective: each rank needs its own thread, like init */
-  ul_comm_finalize(comm);
-  ul_comm_destroy(comm);
-  return NULL;
-}
-
-void bench_comms_destroy(bench_run_t *r) {
-  for (int i = 0; r->streams && i < r->nlocal; i++)
-    if (r->streams[i]) ul_stream_destroy(r->streams[i]);
-  if (r->comms && r->fail_rc != UL_OK) {
-    /* a failed run: never wait for peers */
-    for (int i = 0; i < r->nlocal; i++)
-      if (r->comms[i]) ul_comm_abort(r->comms[i]);
-  } else if (r->comms) {
-    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
-    for (int i = 0; i < r->nlocal; i++) {
-      if (!r->comms[i]) continue;
-      if (!th || pthread_create(&th[i], NULL, bench_fini_thread, &r->comms[i]) != 0) {
-        if (th) th[i] = 0;
-        ul_comm_destroy(r->comms[i]); /* local; peers see us leave */
-      }
-    }
-    for (int i = 0; th && i < r->nlocal; i++)
-      if (th[i]) pthread_join(th[i], NULL);
-    free(th);
-  }
-  free(r->comms);
-  free(r->streams);
-  r->comms = NULL;
-  r->streams = NULL;
-}
-
-/* ---------------------------------------------------------------------------- */
-/* memory bandwidth for the roofline                                              */
-/* ---------------------------------------------------------------------------- */
-
-typedef struct bench_copy_arg {
-  char *dst;
-  const char *src;
-  size_t bytes;
-} bench_copy_arg_t;
-
-static void *bench_copy_thread(void *p) {
-  bench_copy_arg_t *a = p;
-  memcpy(a->dst, a->src, a->bytes);
-  return NULL;
-}
-
-double bench_measure_membw(void) {
-  const size_t bytes = (size_t)256 << 20;
-  char *src = malloc(bytes), *dst = malloc(bytes);
-  if (!src || !dst) { free(src); free(dst); return 0.0; }
-  /* touch every page so the timing does not include first-touch faults */
-  memset(src, 1, bytes);
-  memset(dst, 0, bytes);
-  double best = 0.0;
-  for (int rep = 0; rep < 3; rep++) {
-    pthread_t th[2];
-    bench_copy_arg_t a[2];
-    double t0 = bench_now();
-    for (int i = 0; i < 2; i++) {
-      a[i].dst = dst + i * (bytes / 2);
-      a[i].src = src + i * (bytes / 2);
-      a[i].bytes = bytes / 2;
-      if (pthread_create(&th[i], NULL, bench_copy_thread, &a[i]) != 0) {
-        bench_copy_thread(&a[i]);
-        th[i] = 0;
-      }
-    }
-    for (int i = 0; i < 2; i++)
-      if (th[i]) pthread_join(th[i], NULL);
-    double dt = bench_now() - t0;
-    /* read + write: every byte is read once and written once */
-    double gbs = dt > 0 ? 2.0 * (double)bytes / dt / 1e9 : 0.0;
-    if (gbs > best) best = gbs;
-  }
-  free(src);
-  free(dst);
-  return best;
-}
-
-/* ---------------------------------------------------------------------------- */
 /* the sweep                                                                      */
 /* ---------------------------------------------------------------------------- */
 
@@ -551,6 +352,16 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
           }
           S->iter_us[it] = mx;
         }
+        if (r->mpi && r->nranks > 1) {
+          /* straggler data (nccl-tests per_process_max_times_us): each process's own row */
+          S->proc_us = calloc((size_t)r->nranks * (size_t)iters, sizeof(double));
+          if (S->proc_us) {
+            S->nproc_rows = r->nranks;
+            for (int q = 0; q < r->nranks; q++)
+              memcpy(S->proc_us + (size_t)q * iters, T->all + (size_t)q * k + 3,
+                     sizeof(double) * (size_t)iters);
+          }
+        }
         int skip = o->per_iter_skip < iters ? o->per_iter_skip : 0;
         S->have_stats = bench_stats(S->iter_us + skip, iters - skip, &S->stats) == 0;
       }
@@ -601,93 +412,6 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
   }
   if (report) S->wrong = o->check ? wrong_total : -1;
   return 0;
-}
-
-/* ---- printing (nccl-tests src/util.cu column layout) ------------------------- */
-
-static void bench_print_side(const bench_run_t *r, const bench_side_t *S) {
-  char t[16], a[16], b[16];
-  if (S->skipped || !S->valid) {
-    /* no in-place alltoall in the unilink API: keep the column count */
-    printf("  %7s  %6s  %6s  %6s", "n/a", "n/a", "n/a", "n/a");
-    if (r->o->per_iter) printf("  %7s  %7s  %7s  %7s", "n/a", "n/a", "n/a", "n/a");
-    return;
-  }
-  bench_format_num(S->time_us, 7, t, sizeof t);
-  bench_format_num(S->algbw, 6, a, sizeof a);
-  bench_format_num(S->busbw, 6, b, sizeof b);
-  if (S->wrong >= 0)
-    printf("  %7s  %6s  %6s  %6g", t, a, b, (double)S->wrong);
-  else
-    printf("  %7s  %6s  %6s    N/A", t, a, b);
-  if (r->o->per_iter) {
-    char m1[16], m2[16], m3[16], m4[16];
-    if (S->have_stats) {
-      bench_format_num(S->stats.min, 7, m1, sizeof m1);
-      bench_format_num(S->stats.median, 7, m2, sizeof m2);
-      bench_format_num(S->stats.p99, 7, m3, sizeof m3);
-      bench_format_num(S->stats.cv_pct, 7, m4, sizeof m4);
-      printf("  %7s  %7s  %7s  %7s", m1, m2, m3, m4);
-    } else {
-      printf("  %7s  %7s  %7s  %7s", "n/a", "n/a", "n/a", "n/a");
-    }
-  }
-}
-
-static void bench_print_header(const bench_run_t *r) {
-  const bench_opts_t *o = r->o;
-  const char *tl = o->cputime ? "cputime" : "time";
-  const char *tail1 = r->membw > 0 ? "%roof" : "";
-  printf("#\n");
-  if (o->per_iter) {
-    printf("# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                in-place (+ per-iteration)\n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %6s  %s\n",
-           "size", "count", "type", "redop", "root", tl, "algbw", "busbw", "#wrong", "i_min",
-           "i_med", "i_p99", "i_cv%", tl, "algbw", "busbw", "#wrong", "i_min", "i_med", "i_p99",
-           "i_cv%", tail1, "algorithm");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s\n",
-           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)",
-           "(%)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)");
-  } else {
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %6s  %s\n", "size",
-           "count", "type", "redop", "root", tl, "algbw", "busbw", "#wrong", tl, "algbw", "busbw",
-           "#wrong", tail1, "algorithm");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
-           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-  }
-  fflush(stdout);
-}
-
-static void bench_print_row(const bench_run_t *r, const bench_row_t *row) {
-  const bench_opts_t *o = r->o;
-  const char *redop = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV ? ul_op_name(row->redop)
-                                                                          : "none";
-  printf("%12zu  %12zu  %8s  %6s  %6d", row->bytes, row->count, bench_dtype_nccl_name(row->dtype),
-         redop, row->root);
-  bench_print_side(r, &row->side[0]);
-  bench_print_side(r, &row->side[1]);
-  if (r->membw > 0) {
-    if (row->roof_pct >= 0)
-      printf("  %6.1f", row->roof_pct);
-    else
-      printf("  %6s", "n/a");
-  } else {
-    printf("  %6s", "");
-  }
-  printf("  %s%s", row->algorithm[0] ? row->algorithm : "-", row->fallback ? "(fallback)" : "");
-  if (o->timestamps) {
-    char buf[64];
-    time_t now = time(NULL);
-    struct tm tmv;
-    localtime_r(&now, &tmv);
-    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tmv);
-    printf("  %s", buf);
-  }
-  printf("\n");
-  fflush(stdout);
 }
 
 static int bench_count_sizes(const bench_opts_t *o) {
@@ -778,7 +502,7 @@ static void *bench_thread_main(void *p) {
               }
               if (r->printing) {
                 bench_progress_clear(r);
-                if (o->verbose || o->nbackends <= 1) bench_print_row(r, &row);
+                bench_print_row(r, &row);
               }
               if (bench_add_row(r, &row)) {
                 bench_fail(r, UL_ERR_NO_MEMORY, "out of memory for result rows");
@@ -807,8 +531,10 @@ int bench_run_sweep(bench_run_t *r) {
   r->printing = !r->mpi || r->proc == 0;
   const char *fault = getenv("UNILINK_BENCH_FAULT");
   r->fault_wrong = fault && strcmp(fault, "wrong") == 0;
-  if (r->printing && (o->verbose || o->nbackends <= 1)) {
-    if (r->mpi) bench_print_preamble(o, r);
+  if (!r->mpi && bench_gather_devices(r) != 0) return BENCH_EXIT_INTERNAL;
+  if (r->printing) {
+    bench_print_preamble(o, r);
+    bench_print_block_start(r);
     bench_print_devices(r);
   }
   /* buffers: the largest step fits in maxbytes (+ misalignment) for every operation */
@@ -850,7 +576,7 @@ int bench_run_sweep(bench_run_t *r) {
       return BENCH_EXIT_INTERNAL;
     }
   }
-  int kmax = 3 + o->iters;
+  int kmax = 3 + o->iters < 16 ? 16 : 3 + o->iters;
   r->xch_per_rank = (size_t)kmax;
   r->xch = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
   bench_thread_t *th = calloc((size_t)r->nthreads, sizeof *th);
@@ -864,7 +590,7 @@ int bench_run_sweep(bench_run_t *r) {
     th[t].all = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
     if (!th[t].calls || !th[t].mine || !th[t].all) return BENCH_EXIT_INTERNAL;
   }
-  if (r->printing && (o->verbose || o->nbackends <= 1)) bench_print_header(r);
+  if (r->printing) bench_print_header(r);
   r->t_start = bench_now();
   for (int t = 1; t < r->nthreads; t++)
     if (pthread_create(&tid[t], NULL, bench_thread_main, &th[t]) != 0) {
@@ -874,7 +600,10 @@ int bench_run_sweep(bench_run_t *r) {
   bench_thread_main(&th[0]);
   for (int t = 1; t < r->nthreads; t++)
     if (tid[t]) pthread_join(tid[t], NULL);
-  if (r->printing) bench_progress_clear(r);
+  if (r->printing) {
+    bench_progress_clear(r);
+    if (r->fail_rc == UL_OK) bench_print_extras(r);
+  }
   if (r->fail_rc != UL_OK) {
     if (r->fail_rc == UL_ERR_TIMEOUT && o->timeout_s > 0) {
       char host[256] = "localhost";

@@ -11,7 +11,8 @@
 
 static const char *const bench_op_names[BENCH_OP_COUNT] = {
     "allreduce", "allgather", "reduce_scatter", "broadcast", "reduce",
-    "alltoall",  "gather",    "scatter",        "sendrecv"};
+    "alltoall",  "gather",    "scatter",        "sendrecv", "hypercube",
+    "alltoallv", "allgatherv"};
 
 const char *bench_op_name(bench_op_t op) {
   return (op >= 0 && op < BENCH_OP_COUNT) ? bench_op_names[op] : NULL;
@@ -23,6 +24,8 @@ int bench_op_from_name(const char *name, bench_op_t *op) {
       {"all_reduce", BENCH_ALLREDUCE},     {"all_gather", BENCH_ALLGATHER},
       {"reducescatter", BENCH_REDUCE_SCATTER}, {"bcast", BENCH_BROADCAST},
       {"all_to_all", BENCH_ALLTOALL},      {"send_recv", BENCH_SENDRECV},
+      {"hyper_cube", BENCH_HYPERCUBE},     {"all_to_allv", BENCH_ALLTOALLV},
+      {"all_gatherv", BENCH_ALLGATHERV},
   };
   if (!name || !op) return -1;
   for (int i = 0; i < BENCH_OP_COUNT; i++)
@@ -42,7 +45,7 @@ int bench_op_rooted(bench_op_t op) {
          op == BENCH_SCATTER;
 }
 
-int bench_op_has_inplace(bench_op_t op) { return op != BENCH_ALLTOALL; }
+int bench_op_has_inplace(bench_op_t op) { return op != BENCH_ALLTOALL && op != BENCH_ALLTOALLV; }
 
 void bench_counts(bench_op_t op, size_t bytes, size_t eltsize, int nranks, bench_counts_t *c) {
   memset(c, 0, sizeof *c);
@@ -62,6 +65,8 @@ void bench_counts(bench_op_t op, size_t bytes, size_t eltsize, int nranks, bench
     break;
   case BENCH_ALLGATHER:
   case BENCH_GATHER:
+  case BENCH_HYPERCUBE:
+  case BENCH_ALLGATHERV:
     c->sendcount = block;
     c->recvcount = block * n;
     c->paramcount = block;
@@ -75,6 +80,7 @@ void bench_counts(bench_op_t op, size_t bytes, size_t eltsize, int nranks, bench
     c->recv_inplace_off = block;
     break;
   case BENCH_ALLTOALL:
+  case BENCH_ALLTOALLV:
     c->paramcount = block;
     c->sendcount = c->recvcount = block * n;
     break;
@@ -96,7 +102,11 @@ double bench_alg_bytes(bench_op_t op, size_t paramcount, size_t eltsize, int nra
   case BENCH_ALLTOALL:
   case BENCH_GATHER:
   case BENCH_SCATTER:
+  case BENCH_ALLTOALLV:
+  case BENCH_ALLGATHERV:
     return base * nranks;
+  case BENCH_HYPERCUBE: /* nccl-tests src/hypercube.cu: count * (n-1), factor 1 */
+    return base * (nranks - 1);
   default:
     return base;
   }
@@ -113,7 +123,11 @@ double bench_bw_factor(bench_op_t op, int nranks) {
   case BENCH_ALLTOALL:
   case BENCH_GATHER:  /* nccl-tests src/gather.cu: (n-1)/n, not 1 */
   case BENCH_SCATTER: /* nccl-tests src/scatter.cu: (n-1)/n */
+  case BENCH_ALLTOALLV:
+  case BENCH_ALLGATHERV:
     return (n - 1.0) / n;
+  case BENCH_HYPERCUBE:
+    return 1.0;
   case BENCH_BROADCAST:
   case BENCH_REDUCE:
   case BENCH_SENDRECV:
@@ -135,13 +149,17 @@ double bench_roof_traffic(bench_op_t op, int nranks) {
   switch (op) {
   case BENCH_ALLREDUCE: /* read n inputs of S, write n outputs of S */
   case BENCH_ALLTOALL:  /* S = a rank's whole buffer: n reads, n writes */
+  case BENCH_ALLTOALLV:
   case BENCH_SENDRECV:  /* every rank reads S and some other rank writes S */
     return 2.0 * n;
   case BENCH_REDUCE_SCATTER: /* read n inputs of S, write n blocks of S/n */
   case BENCH_ALLGATHER:      /* read n blocks of S/n, write n outputs of S */
+  case BENCH_ALLGATHERV:
   case BENCH_BROADCAST:      /* read root's S, write n outputs */
   case BENCH_REDUCE:         /* read n inputs, write root's S */
     return n + 1.0;
+  case BENCH_HYPERCUBE: /* S = (n-1) blocks: n blocks read, n*n written, per (n-1) */
+    return n > 1 ? n * (n + 1.0) / (n - 1.0) : 0.0;
   case BENCH_GATHER:  /* S is root's buffer: read once, written once */
   case BENCH_SCATTER:
     return 2.0;

@@ -27,6 +27,9 @@ typedef enum bench_op {
   BENCH_GATHER,
   BENCH_SCATTER,
   BENCH_SENDRECV,
+  BENCH_HYPERCUBE,  /* nccl-tests hypercube_perf: allgather by recursive doubling of send/recv */
+  BENCH_ALLTOALLV,  /* uniform counts (alltoall's traffic) through ul_alltoallv */
+  BENCH_ALLGATHERV, /* uniform counts (allgather's traffic) through ul_allgatherv */
   BENCH_OP_COUNT
 } bench_op_t;
 

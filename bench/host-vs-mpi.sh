@@ -71,24 +71,38 @@ import glob, os, re, statistics, sys
 out, rep = sys.argv[1], int(sys.argv[2])
 row = re.compile(r"^\s+\d+\s+\d+\s")
 
-def side(path):
-    """size -> (t_host, t_mpi, busbw_host, busbw_mpi, roof%) from a side-by-side table"""
-    res, on = {}, False
+def blocks(path):
+    """backend -> size -> [time, busbw, roof%, algorithm] (out-of-place) from the
+    per-backend nccl-tests blocks ("# Backend: X", 13-field rows, then the
+    "# unilink per size [X]" comment lines with algorithm and %roof)"""
+    res, cur, extra = {}, None, None
     for line in open(path, errors="replace"):
-        if line.startswith("# Side by side"): on = True
-        if on and row.match(line):
+        if line.startswith("# Backend: "):
+            cur = line.split()[2]; res.setdefault(cur, {}); extra = None
+        elif line.startswith("# unilink per size ["):
+            extra = line.split("[", 1)[1].split("]", 1)[0]
+        elif line.startswith("# Side by side"):
+            cur = extra = None
+        elif cur and extra is None and row.match(line):
             f = line.split()
-            res[int(f[0])] = (float(f[5]), float(f[7]), float(f[6]), float(f[8]), float(f[10]))
+            res[cur][int(f[0])] = [float(f[5]), float(f[7]), float("nan"), ""]
+        elif extra and line.startswith("#") and len(line.split()) >= 3:
+            f = line[1:].split()
+            if f[0].isdigit() and int(f[0]) in res.get(extra, {}):
+                ent = res[extra][int(f[0])]
+                ent[3] = f[1]
+                try: ent[2] = float(f[2].lstrip(">"))
+                except (IndexError, ValueError): pass
     return res
 
+def side(path):
+    """size -> (t_host, t_mpi, busbw_host, busbw_mpi, roof%) from a host,mpi run"""
+    b = blocks(path); h, m = b.get("host", {}), b.get("mpi", {})
+    return {s: (h[s][0], m[s][0], h[s][1], m[s][1], h[s][2]) for s in h if s in m}
+
 def single(path):
-    """size -> (time, busbw, roof%, algorithm) from a one-backend table (out-of-place)"""
-    res = {}
-    for line in open(path, errors="replace"):
-        if row.match(line):
-            f = line.split()
-            res[int(f[0])] = (float(f[5]), float(f[7]), float(f[13]), f[14] if len(f) > 14 else "")
-    return res
+    """size -> (time, busbw, roof%, algorithm) from a one-backend run"""
+    return {s: tuple(v) for s, v in blocks(path).get("host", {}).items()}
 
 def load(name, fn):
     runs = [fn(p) for p in sorted(glob.glob(f"{out}/{name}-r*.log"))]

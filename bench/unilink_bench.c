@@ -15,7 +15,7 @@
 static void bench_usage(FILE *f, const char *prog) {
   fprintf(f,
           "USAGE: %s <op> [options]     op: allreduce allgather reduce_scatter broadcast reduce\n"
-          "                                   alltoall gather scatter sendrecv | p2p\n"
+          "                                   alltoall gather scatter sendrecv hypercube | p2p\n"
           "  nccl-tests options:\n"
           "\t[-t,--nthreads <threads per process, each one rank>] (alias --ranks N; default 2)\n"
           "\t[-g,--ngpus <ranks per thread (ul_comm_init_all / streams)>]\n"
@@ -31,7 +31,10 @@ static void bench_usage(FILE *f, const char *prog) {
           "  unilink options:\n"
           "\t[--backends a,b:opts,...] [--backend name] (default: $UNILINK_BACKEND or host)\n"
           "\t[--plot FILE.png] [--model-iters N (timed iterations on modeled backends, default 2)]\n"
+          "\t[--extra-columns (%%roof and algorithm as data columns: breaks strict 13-field parsers)]\n"
           "\t[--verbose] [-h,--help]\n"
+          "  As all_reduce_perf, all_gather_perf, ... hypercube_perf (links to unilink-bench) the\n"
+          "  collective is the program name and the defaults are nccl-tests' (-t 1).\n"
           "  %s --available <backend>   exit 0 if the backend can run here\n",
           prog, prog);
 }
@@ -61,7 +64,8 @@ static int bench_add_backend(bench_opts_t *o, const char *list) {
 
 /* Returns -1 to continue, else an exit code. */
 static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
-  enum { OPT_RANKS = 1000, OPT_BACKENDS, OPT_BACKEND, OPT_PLOT, OPT_MODEL_ITERS, OPT_VERBOSE };
+  enum { OPT_RANKS = 1000, OPT_BACKENDS, OPT_BACKEND, OPT_PLOT, OPT_MODEL_ITERS, OPT_VERBOSE,
+         OPT_EXTRA };
   static const struct option longopts[] = {
       {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
       {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
@@ -83,7 +87,8 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
       {"ranks", required_argument, 0, OPT_RANKS},  {"backends", required_argument, 0, OPT_BACKENDS},
       {"backend", required_argument, 0, OPT_BACKEND}, {"plot", required_argument, 0, OPT_PLOT},
       {"model-iters", required_argument, 0, OPT_MODEL_ITERS},
-      {"verbose", no_argument, 0, OPT_VERBOSE},    {0, 0, 0, 0}};
+      {"verbose", no_argument, 0, OPT_VERBOSE},
+      {"extra-columns", no_argument, 0, OPT_EXTRA}, {0, 0, 0, 0}};
   const char *prog = "unilink-bench";
   long v;
   int have_dtype = 0, have_op = 0;
@@ -175,6 +180,7 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
       }
       break;
     case OPT_VERBOSE: o->verbose = 1; break;
+    case OPT_EXTRA: o->extra_columns = 1; break;
     case 'p': case 'y': case 'G': case 'R': case 'x': case 'D': case 'V': case 'M':
       break; /* CUDA/NCCL-specific: accepted so nccl-tests command lines still run */
     case 'h':
@@ -186,16 +192,23 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
     }
   }
 #undef BENCH_INT
-  if (optind >= argc) {
+  if (o->perf_name) {
+    /* all_reduce_perf ...: the collective is the program's name, as nccl-tests */
+    if (optind < argc) {
+      fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+      return BENCH_EXIT_BADARGS;
+    }
+  } else if (optind >= argc) {
     fprintf(stderr, "unilink-bench: missing operation\n");
     bench_usage(stderr, prog);
     return BENCH_EXIT_BADARGS;
   }
-  if (optind + 1 < argc) {
+  if (!o->perf_name && optind + 1 < argc) {
     fprintf(stderr, "unilink-bench: unexpected argument '%s'\n", argv[optind + 1]);
     return BENCH_EXIT_BADARGS;
   }
-  if (strcmp(argv[optind], "p2p") == 0) {
+  if (o->perf_name) {
+  } else if (strcmp(argv[optind], "p2p") == 0) {
     o->p2p = 1;
   } else if (bench_op_from_name(argv[optind], &o->op) != 0) {
     fprintf(stderr, "unilink-bench: unknown operation '%s'\n", argv[optind]);
@@ -228,8 +241,8 @@ static int bench_op_supported(const ul_backend_info_t *info, bench_op_t op, char
   static const ul_coll_t map[BENCH_OP_COUNT] = {
       UL_COLL_ALLREDUCE, UL_COLL_ALLGATHER, UL_COLL_REDUCE_SCATTER, UL_COLL_BROADCAST,
       UL_COLL_REDUCE,    UL_COLL_ALLTOALL,  UL_COLL_GATHER,         UL_COLL_SCATTER,
-      UL_COLL_SENDRECV};
-  if (op == BENCH_SENDRECV) {
+      UL_COLL_SENDRECV,  UL_COLL_SENDRECV,  UL_COLL_ALLTOALLV,      UL_COLL_ALLGATHERV};
+  if (op == BENCH_SENDRECV || op == BENCH_HYPERCUBE) {
     if (info->features & UL_FEATURE_P2P) return 1;
   } else if (info->collectives & (1u << map[op])) {
     return 1;
@@ -238,128 +251,39 @@ static int bench_op_supported(const ul_backend_info_t *info, bench_op_t op, char
   return 0;
 }
 
-void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r) {
-  printf("# unilink-bench (nccl-tests 2.19 format) unilink=%s\n", ul_version_string());
-  printf("# Collective test starting: unilink-bench %s\n", bench_op_name(o->op));
-  printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-         "agg iters: %d validation: %d graph: 0 unalign: %d\n",
-         r->nthreads, r->ngpus, o->minb, o->maxb, o->stepf > 1 ? (size_t)o->stepf : o->stepb,
-         o->stepf > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg, o->check, o->unalign);
-  if (o->blocking == 1) printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
-  if (o->blocking == 2) printf("# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");
-  if (o->blocking == 3) printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); barrier time excluded \n");
-  if (o->per_iter) printf("# Per-Iteration Report: host wall-clock timing; i_* uses max over ranks \n");
-  printf("#\n");
+/* nccl-tests program names: the collective comes from argv[0] (all_reduce_perf ...). */
+static const struct { const char *prog; bench_op_t op; } bench_perf_names[] = {
+    {"all_reduce_perf", BENCH_ALLREDUCE}, {"all_gather_perf", BENCH_ALLGATHER},
+    {"reduce_scatter_perf", BENCH_REDUCE_SCATTER}, {"broadcast_perf", BENCH_BROADCAST},
+    {"reduce_perf", BENCH_REDUCE}, {"alltoall_perf", BENCH_ALLTOALL},
+    {"gather_perf", BENCH_GATHER}, {"scatter_perf", BENCH_SCATTER},
+    {"sendrecv_perf", BENCH_SENDRECV}, {"hypercube_perf", BENCH_HYPERCUBE},
+    {"alltoallv_perf", BENCH_ALLTOALLV}, {"allgatherv_perf", BENCH_ALLGATHERV},
+};
+
+static const char *bench_perf_name(bench_op_t op) {
+  for (size_t i = 0; i < sizeof bench_perf_names / sizeof bench_perf_names[0]; i++)
+    if (bench_perf_names[i].op == op) return bench_perf_names[i].prog;
+  return bench_op_name(op);
 }
 
-void bench_print_devices(const bench_run_t *r) {
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
-  printf("# Using devices\n");
-  for (int i = 0; i < r->nlocal; i++) {
-    int dev = -1;
-    if (r->comms && r->comms[i]) ul_comm_device(r->comms[i], &dev);
-    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r->first_rank + i, 0,
-           (int)getpid(), host, dev, r->base, r->info.description ? r->info.description : "");
-  }
+static void bench_free_run(bench_run_t *r) {
+  for (int k = 0; k < r->nrows; k++)
+    for (int s = 0; s < 2; s++) {
+      free(r->rows[k].side[s].iter_us);
+      free(r->rows[k].side[s].proc_us);
+    }
+  free(r->rows);
+  free(r->devs);
+  free(r);
 }
 
-/* Footer as nccl-tests writeResultFooter, plus one line per extra backend. */
-static void bench_print_footer(const bench_opts_t *o, bench_run_t **runs, int nruns, int errors,
-                               double check_bw, int *bw_fail) {
-  printf("# %-20s : %d %s\n", "Out of bounds values", errors, errors ? "FAILED" : "OK");
-  *bw_fail = 0;
-  for (int i = 0; i < nruns; i++) {
-    double avg = runs[i]->bw_count ? runs[i]->bw_sum / runs[i]->bw_count : 0.0;
-    const char *verdict = "";
-    if (check_bw >= 0) {
-      verdict = avg < check_bw * 0.9 ? "FAILED" : "OK";
-      if (avg < check_bw * 0.9) *bw_fail = 1;
-    }
-    if (i == 0)
-      printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg, verdict);
-    else
-      printf("# Avg bus bandwidth of %s%s : %g %s\n", runs[i]->backend,
-             runs[i]->modeled ? " (modeled)" : "", avg, verdict);
-  }
-  printf("#\n");
-  printf("# Collective test concluded: unilink-bench %s\n", bench_op_name(o->op));
-  printf("#\n");
-}
-
-static void bench_cell(double v, int width, int numw) {
-  char b[64];
-  bench_format_num(v, numw, b, sizeof b);
-  printf("  %*s", width, b);
-}
-
-static void bench_print_side_by_side(const bench_opts_t *o, bench_run_t **runs, int nruns) {
-  int widths[BENCH_MAX_BACKENDS * 3];
-  char labels[BENCH_MAX_BACKENDS * 3][160];
-  int ncol = 0;
-  for (int b = 0; b < nruns; b++) {
-    const char *m = runs[b]->modeled ? "(modeled)" : "";
-    snprintf(labels[ncol], sizeof labels[0], "time[%s]%s", runs[b]->backend, m);
-    ncol++;
-    snprintf(labels[ncol], sizeof labels[0], "busbw[%s]%s", runs[b]->backend, m);
-    ncol++;
-  }
-  for (int b = 1; b < nruns; b++) {
-    snprintf(labels[ncol], sizeof labels[0], "ratio[%s]", runs[b]->backend);
-    ncol++;
-  }
-  int roof_run = -1;
-  for (int b = 0; b < nruns && roof_run < 0; b++)
-    if (runs[b]->membw > 0) roof_run = b;
-  if (roof_run >= 0) {
-    snprintf(labels[ncol], sizeof labels[0], "%%roof[%s]", runs[roof_run]->backend);
-    ncol++;
-  }
-  for (int c = 0; c < ncol; c++) {
-    int l = (int)strlen(labels[c]);
-    widths[c] = l > 8 ? l : 8;
-  }
-  printf("#\n# Side by side: %s, %d ranks, out-of-place; time in us, busbw in GB/s; "
-         "ratio = busbw / busbw[%s]\n",
-         bench_op_name(o->op), runs[0]->nranks, runs[0]->backend);
-  printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
-  for (int c = 0; c < ncol; c++) printf("  %*s", widths[c], labels[c]);
-  printf("\n");
-  printf("# %10s  %12s  %8s  %6s  %6s\n", "(B)", "(elements)", "", "", "");
-  int nrows = runs[0]->nrows;
-  for (int b = 1; b < nruns; b++) nrows = runs[b]->nrows < nrows ? runs[b]->nrows : nrows;
-  for (int i = 0; i < nrows; i++) {
-    const bench_row_t *row = &runs[0]->rows[i];
-    const char *redop = bench_op_reduces(o->op) || o->op == BENCH_SENDRECV ? ul_op_name(row->redop)
-                                                                            : "none";
-    printf("%12zu  %12zu  %8s  %6s  %6d", row->bytes, row->count, bench_dtype_nccl_name(row->dtype),
-           redop, row->root);
-    int c = 0;
-    for (int b = 0; b < nruns; b++) {
-      const bench_side_t *S = &runs[b]->rows[i].side[0];
-      bench_cell(S->time_us, widths[c++], 7);
-      bench_cell(S->busbw, widths[c++], 6);
-    }
-    double base = row->side[0].busbw;
-    for (int b = 1; b < nruns; b++) {
-      double x = runs[b]->rows[i].side[0].busbw;
-      if (base > 0) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "%.2fx", x / base);
-        printf("  %*s", widths[c++], buf);
-      } else {
-        printf("  %*s", widths[c++], "n/a");
-      }
-    }
-    if (roof_run >= 0) {
-      double pct = runs[roof_run]->rows[i].roof_pct;
-      char buf[32];
-      if (pct >= 0) snprintf(buf, sizeof buf, "%.1f", pct);
-      else snprintf(buf, sizeof buf, "n/a");
-      printf("  %*s", widths[c++], buf);
-    }
-    printf("\n");
-  }
+static int bench_rank0_env(void) {
+  /* before bootstrap: only the first process prints skip notes */
+  const char *v = getenv("OMPI_COMM_WORLD_RANK");
+  if (!v) v = getenv("PMI_RANK");
+  if (!v) v = getenv("PMIX_RANK");
+  return !v || strcmp(v, "0") == 0;
 }
 
 static int bench_main(int argc, char **argv, bench_opts_t *op) {
@@ -377,57 +301,88 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
   op->model_iters = 2;
   op->argc = argc;
   op->argv = argv;
+  const char *base = strrchr(argv[0], '/');
+  base = base ? base + 1 : argv[0];
+  for (size_t i = 0; i < sizeof bench_perf_names / sizeof bench_perf_names[0]; i++)
+    if (strcmp(base, bench_perf_names[i].prog) == 0) {
+      op->perf_name = 1;
+      op->op = bench_perf_names[i].op;
+      op->nthreads = 1; /* nccl-tests' defaults: one thread, one GPU */
+    }
   if (argc == 3 && strcmp(argv[1], "--available") == 0) {
     /* for scripts: exit 0 if the backend can run here, else say why (exit 2) */
-    char base[64];
-    bench_base_name(argv[2], base, sizeof base);
+    char bn[64];
+    bench_base_name(argv[2], bn, sizeof bn);
     ul_backend_info_t info;
     memset(&info, 0, sizeof info);
     info.struct_size = sizeof info;
-    ul_result_t rc = ul_backend_query(base, &info);
-    if (rc == UL_OK && info.available) { printf("%s: available\n", base); return BENCH_EXIT_OK; }
-    printf("%s: %s\n", base, rc != UL_OK ? ul_last_error() : info.reason);
+    ul_result_t rc = ul_backend_query(bn, &info);
+    if (rc == UL_OK && info.available) { printf("%s: available\n", bn); return BENCH_EXIT_OK; }
+    printf("%s: %s\n", bn, rc != UL_OK ? ul_last_error() : info.reason);
     return BENCH_EXIT_UNAVAILABLE;
   }
   int code = bench_parse_args(argc, argv, op);
   if (code >= 0) return code;
   if (op->p2p) return bench_p2p_main(op);
+  op->prog = op->perf_name ? base : bench_perf_name(op->op);
 
   int mpi = ul_launched_by_mpi();
-  if (mpi && (op->nthreads != 2 || op->ngpus != 1))
+  if (mpi && (op->nthreads != (op->perf_name ? 1 : 2) || op->ngpus != 1))
     fprintf(stderr, "unilink-bench: under mpirun each process is one rank; -t/-g ignored\n");
   const char *envmin = getenv("NCCL_TESTS_MIN_BW");
   double check_bw = envmin ? atof(envmin) : -1.0;
+  int rank0 = !mpi || bench_rank0_env();
+
+  /* query every backend first: measured ones run (and print) before modeled ones */
+  bench_run_t *todo[BENCH_MAX_BACKENDS];
+  int ntodo = 0, exit_code = BENCH_EXIT_OK, failed = 0;
+  char failed_names[512] = "";
+  for (int pass = 0; pass < 2; pass++) {
+    for (int b = 0; b < op->nbackends; b++) {
+      char bn[64];
+      bench_base_name(op->backends[b], bn, sizeof bn);
+      ul_backend_info_t info;
+      memset(&info, 0, sizeof info);
+      info.struct_size = sizeof info;
+      ul_result_t rc = ul_backend_query(bn, &info);
+      int modeled = rc == UL_OK && (info.features & UL_FEATURE_MODELED) != 0;
+      if (modeled != pass) continue;
+      char why[300] = "";
+      if (rc != UL_OK) snprintf(why, sizeof why, "%s (%s)", ul_result_string(rc), ul_last_error());
+      else if (!info.available) snprintf(why, sizeof why, "unavailable: %s", info.reason);
+      else bench_op_supported(&info, op->op, why, sizeof why);
+      if (!why[0] && !mpi && (info.features & UL_FEATURE_THREAD_RANKS) == 0 &&
+          op->nthreads * op->ngpus > 1)
+        snprintf(why, sizeof why, "it cannot run several ranks in one process (launch under mpirun)");
+      if (why[0]) {
+        if (rank0) printf("# skipped backend %s: %s\n", op->backends[b], why);
+        if (op->nbackends == 1)
+          exit_code = rc == UL_OK && info.available ? BENCH_EXIT_UNSUPPORTED : BENCH_EXIT_UNAVAILABLE;
+        else if (rc != UL_OK) {
+          /* a name that does not exist is a failed request, not an absent device */
+          failed++;
+          exit_code = exit_code ? exit_code : BENCH_EXIT_USAGE;
+          snprintf(failed_names + strlen(failed_names), sizeof failed_names - strlen(failed_names),
+                   "%s%s", failed_names[0] ? "," : "", op->backends[b]);
+        }
+        continue;
+      }
+      bench_run_t *r = calloc(1, sizeof *r);
+      if (!r) return BENCH_EXIT_INTERNAL;
+      r->o = op;
+      r->backend = op->backends[b];
+      snprintf(r->base, sizeof r->base, "%s", bn);
+      r->info = info;
+      r->modeled = modeled;
+      todo[ntodo++] = r;
+    }
+  }
 
   bench_run_t *runs[BENCH_MAX_BACKENDS];
-  int nruns = 0, printed_preamble = 0, exit_code = BENCH_EXIT_OK, any_printing = !mpi;
+  int nruns = 0, any_printing = !mpi;
   static double membw_cache = -1.0;
-  for (int b = 0; b < op->nbackends; b++) {
-    bench_run_t *r = calloc(1, sizeof *r);
-    if (!r) return BENCH_EXIT_INTERNAL;
-    r->o = op;
-    r->backend = op->backends[b];
-    bench_base_name(r->backend, r->base, sizeof r->base);
-    r->info.struct_size = sizeof r->info;
-    ul_result_t rc = ul_backend_query(r->base, &r->info);
-    char why[300] = "";
-    if (rc != UL_OK) {
-      snprintf(why, sizeof why, "%s (%s)", ul_result_string(rc), ul_last_error());
-    } else if (!r->info.available) {
-      snprintf(why, sizeof why, "unavailable: %s", r->info.reason);
-    } else {
-      bench_op_supported(&r->info, op->op, why, sizeof why);
-    }
-    if (why[0]) {
-      if (!mpi || getenv("OMPI_COMM_WORLD_RANK") == NULL ||
-          strcmp(getenv("OMPI_COMM_WORLD_RANK"), "0") == 0)
-        printf("# skipped backend %s: %s\n", r->backend, why);
-      if (op->nbackends == 1) exit_code = rc == UL_OK && r->info.available ? BENCH_EXIT_UNSUPPORTED
-                                                                           : BENCH_EXIT_UNAVAILABLE;
-      free(r);
-      continue;
-    }
-    r->modeled = (r->info.features & UL_FEATURE_MODELED) != 0;
+  for (int b = 0; b < ntodo; b++) {
+    bench_run_t *r = todo[b];
     r->mpi = mpi;
     r->nthreads = mpi ? 1 : op->nthreads;
     r->ngpus = mpi ? 1 : op->ngpus;
@@ -435,73 +390,78 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
     r->nranks = r->nlocal;
     r->first_rank = 0;
     r->nprocs = 1;
-    if (!mpi && (r->info.features & UL_FEATURE_THREAD_RANKS) == 0 && r->nlocal > 1) {
-      printf("# skipped backend %s: it cannot run several ranks in one process "
-             "(launch under mpirun)\n", r->backend);
-      free(r);
-      continue;
-    }
     /* roofline on the host backend: memory bandwidth once per process */
-    if (strcmp(r->base, "host") == 0 && (!mpi || getenv("OMPI_COMM_WORLD_RANK") == NULL ||
-                                         strcmp(getenv("OMPI_COMM_WORLD_RANK"), "0") == 0)) {
+    if (strcmp(r->base, "host") == 0 && rank0) {
       if (membw_cache < 0) membw_cache = bench_measure_membw();
       r->membw = membw_cache;
     }
-    /* the preamble needs the rank layout, which mpirun only gives after bootstrap;
-     * single-process runs print it first so a hang during init is visible */
-    if (!mpi && !printed_preamble) {
-      bench_print_preamble(op, r);
-      printed_preamble = 1;
-    }
-    if (!mpi && (op->verbose || op->nbackends == 1)) {
-      printf("# Backend: %s (%s%s)\n", r->backend, r->info.plugin ? "plugin " : "built-in",
-             r->modeled ? ", modeled time" : "");
-      if (r->membw > 0)
-        printf("# Memory bandwidth: %.1f GB/s (read+write, 2-thread copy of 256 MiB); %%roof = "
-               "busbw / roofline busbw (docs/bench.md)\n", r->membw);
-    }
+    /* single-process runs print the preamble first so a hang during init is visible;
+     * under mpirun the first sweep prints it on rank 0 */
+    if (!mpi) bench_print_preamble(op, r);
     code = bench_run_sweep(r);
     if (r->mpi && r->proc != 0) any_printing = 0;
     if (r->mpi && r->proc == 0) any_printing = 1;
     if (code != BENCH_EXIT_OK) {
-      exit_code = exit_code ? exit_code : code;
       if (code == BENCH_EXIT_UNAVAILABLE && op->nbackends > 1) {
-        printf("# skipped backend %s: unavailable\n", r->backend);
-        exit_code = BENCH_EXIT_OK;
+        if (rank0) printf("# skipped backend %s: unavailable\n", r->backend);
+      } else {
+        exit_code = exit_code ? exit_code : code;
+        failed++;
+        snprintf(failed_names + strlen(failed_names), sizeof failed_names - strlen(failed_names),
+                 "%s%s", failed_names[0] ? "," : "", r->backend);
+        if ((!mpi || r->proc == 0) && op->nbackends > 1)
+          printf("# backend %s failed: %s\n", r->backend, r->fail_msg);
       }
-      free(r->rows);
-      free(r);
+      bench_free_run(r);
       continue;
     }
+    /* every block but the primary (first, measured) ends with a gate-proof summary */
+    if (r->printing && (nruns > 0 || r->modeled)) bench_print_secondary_footer(r);
     runs[nruns++] = r;
   }
-  if (nruns == 0) return exit_code ? exit_code : BENCH_EXIT_UNAVAILABLE;
+  if (nruns == 0) {
+    if (failed && rank0) {
+      char host[256] = "localhost";
+      gethostname(host, sizeof host - 1);
+      printf(" .. %s pid %d: Test failure (backend(s) failed: %s)\n", host, (int)getpid(),
+             failed_names);
+    }
+    return exit_code ? exit_code : BENCH_EXIT_UNAVAILABLE;
+  }
 
+  /* the primary run gets nccl-tests' footer: the first measured one (they ran first) */
+  int primary = runs[0]->modeled ? -1 : 0;
   int errors = 0;
   for (int i = 0; i < nruns; i++) errors += runs[i]->errors;
   int bw_fail = 0;
+  if (primary >= 0 && check_bw >= 0 && bench_avg_busbw(runs[primary]) < check_bw * 0.9) bw_fail = 1;
   if (any_printing) {
-    if (nruns > 1 || (op->nbackends > 1 && !op->verbose)) bench_print_side_by_side(op, runs, nruns);
-    bench_print_footer(op, runs, nruns, errors, check_bw, &bw_fail);
-    if (op->json) bench_write_json(op, runs, nruns);
+    if (nruns > 1) bench_print_side_by_side(op, runs, nruns);
+    if (nruns > 1 || primary < 0) printf("#\n");
+    bench_print_footer(op, primary >= 0 ? runs[primary] : NULL, check_bw);
+    if (op->json) bench_write_json(op, runs, nruns, primary, check_bw);
     if (op->plot && bench_write_plot(op, runs, nruns) == 0) printf("# Plot written to %s\n", op->plot);
     printf("\n");
   }
-  for (int i = 0; i < nruns; i++) {
-    for (int k = 0; k < runs[i]->nrows; k++)
-      for (int s = 0; s < 2; s++) free(runs[i]->rows[k].side[s].iter_us);
-    free(runs[i]->rows);
-    free(runs[i]);
-  }
-  if (exit_code) return exit_code;
-  if (errors || bw_fail) {
-    char host[256] = "localhost";
-    gethostname(host, sizeof host - 1);
-    printf(" .. %s pid %d: Test failure (%d results wrong%s)\n", host, (int)getpid(), errors,
-           bw_fail ? ", average bus bandwidth below NCCL_TESTS_MIN_BW" : "");
+  for (int i = 0; i < nruns; i++) bench_free_run(runs[i]);
+  if (errors || bw_fail || failed) {
+    if (any_printing) {
+      char host[256] = "localhost";
+      gethostname(host, sizeof host - 1);
+      char what[700] = "";
+      if (errors) snprintf(what, sizeof what, "%d results wrong", errors);
+      if (bw_fail)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%saverage bus bandwidth below "
+                 "NCCL_TESTS_MIN_BW", what[0] ? ", " : "");
+      if (failed)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%sbackend(s) failed: %s",
+                 what[0] ? ", " : "", failed_names);
+      printf(" .. %s pid %d: Test failure (%s)\n", host, (int)getpid(), what);
+    }
+    if (exit_code) return exit_code;
     return BENCH_EXIT_RESULTS;
   }
-  return BENCH_EXIT_OK;
+  return exit_code;
 }
 
 int main(int argc, char **argv) {

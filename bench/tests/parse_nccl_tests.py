@@ -4,10 +4,16 @@
 Layout (nccl-tests 2.19 src/util.cu): '#' comment/header lines; one row per size:
   size count type redop root  time algbw busbw #wrong  time algbw busbw #wrong
 (with -I, four per-iteration columns follow each #wrong); anything after the last
-in-place column (timestamps, unilink-bench's %roof and algorithm) is kept as 'extra'.
+in-place column (timestamps, unilink-bench --extra-columns) is kept as 'extra'.
 Footer: '# Out of bounds values : N OK|FAILED' and '# Avg bus bandwidth : X [OK|FAILED]'.
 
-Usage: parse_nccl_tests.py FILE [--json]   (prints a summary or JSON)
+parse(text, strict=True) is what third-party consumers assume (cloudai and Azure keep
+rows of exactly 13 fields; gates grep "Avg bus bandwidth"): every line that is not a
+comment or empty must be a data row of exactly 13 fields (21 with -I, +1 with a
+timestamp), or nccl-tests' ' .. host pid N: Test failure' line; at most one line matches
+/Avg bus bandwidth/ and it is the footer. Violations raise StrictError.
+
+Usage: parse_nccl_tests.py FILE [--json] [--strict]
 """
 import json
 import re
@@ -32,13 +38,32 @@ def _side(toks, per_iter):
     return side
 
 
-def parse(text):
+class StrictError(ValueError):
+    pass
+
+
+_GATE = re.compile(r"Avg bus bandwidth")
+_FAILURE = re.compile(r"^\s*\.\. \S+ pid \d+: Test failure")
+
+
+def parse(text, strict=False):
     """Return {'header': {...}, 'columns': [...], 'rows': [...], 'footer': {...}}."""
-    out = {"header": {}, "columns": [], "rows": [], "footer": {}, "devices": []}
+    out = {"header": {}, "columns": [], "rows": [], "footer": {}, "devices": [],
+           "gate_lines": [], "failure": False}
     per_iter = False
+    timestamps = False
     for line in text.splitlines():
         s = line.strip()
         if not s:
+            continue
+        if _GATE.search(line):
+            out["gate_lines"].append(line)
+            if strict and len(out["gate_lines"]) > 1:
+                raise StrictError("more than one line a bandwidth gate matches: %r" % line)
+            if strict and not _FOOT_BW.match(s):
+                raise StrictError("gate-able line that is not the footer: %r" % line)
+        if _FAILURE.match(line):
+            out["failure"] = True
             continue
         if s.startswith("#"):
             m = _FOOT_OOB.match(s)
@@ -55,6 +80,7 @@ def parse(text):
             if body[:3] == ["size", "count", "type"]:
                 out["columns"] = body
                 per_iter = "i_min" in body
+                timestamps = "timestamp" in body
             elif body[:1] == ["nThread"]:
                 kv = re.findall(r"([A-Za-z][A-Za-z ]*?):?\s+(\d+)(?:\((\w+)\))?", s[1:])
                 for k, v, unit in kv:
@@ -65,9 +91,14 @@ def parse(text):
                 out["devices"].append(s)
             continue
         toks = s.split()
+        width = 8 if per_iter else 4
+        if strict:
+            want = 5 + 2 * width + (2 if timestamps else 0)  # date and time tokens
+            if len(toks) != want or not toks[0].isdigit() or not toks[1].isdigit():
+                raise StrictError("data row with %d fields (want %d): %r" % (len(toks), want, line))
         if len(toks) < 13 or not toks[0].isdigit() or not toks[1].isdigit():
             continue  # e.g. ' .. host pid N: Test failure'
-        width = 8 if per_iter else 4
+
         if len(toks) < 5 + 2 * width:
             raise ValueError("short row: %r" % line)
         row = {"size": int(toks[0]), "count": int(toks[1]), "type": toks[2],
@@ -84,7 +115,7 @@ def main(argv):
         print(__doc__)
         return 2
     with open(argv[1]) as f:
-        res = parse(f.read())
+        res = parse(f.read(), strict="--strict" in argv)
     if "--json" in argv:
         json.dump(res, sys.stdout, indent=1)
         print()

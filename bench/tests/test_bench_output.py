@@ -67,6 +67,8 @@ def main():
     with open(os.path.join(HERE, "data", "nccl-tests-allreduce.txt")) as f:
         sample = parse_nccl_tests.parse(f.read())
     check_table(sample, 8, "nccl-tests sample", [8 << i for i in range(25)])
+    parse_nccl_tests.parse(open(os.path.join(HERE, "data", "nccl-tests-allreduce.txt")).read(),
+                           strict=True)  # the strict parser accepts real nccl-tests output
     check(sample["header"].get("nThread") == 1 and sample["header"].get("nGpus") == 8,
           "sample header %s" % sample["header"])
     check(len(sample["devices"]) == 8, "sample devices")
@@ -81,11 +83,12 @@ def main():
         sys.stdout.write(p.stdout)
         sys.stderr.write(p.stderr)
         check(p.returncode == 0, "unilink-bench exit code %d" % p.returncode)
-        ours = parse_nccl_tests.parse(p.stdout)
+        ours = parse_nccl_tests.parse(p.stdout, strict=True)
         check_table(ours, 2, "unilink-bench", [8 << (2 * i) for i in range(12)])
         check(ours["header"].get("nThread") == 2, "our header %s" % ours["header"])
         for r in ours["rows"]:
-            check(len(r["extra"]) >= 2, "extra columns (%%roof, algorithm) missing: %s" % r)
+            check(r["extra"] == [], "data row has fields beyond nccl-tests' 13: %s" % r)
+        check("# unilink per size [host]" in p.stdout, "algorithm/%roof comment lines missing")
         # the checker must be able to fail: corrupt one element of rank 0's result
         env = dict(os.environ, UNILINK_BENCH_FAULT="wrong")
         p = subprocess.run([a.bench, "allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",

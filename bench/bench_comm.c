@@ -1,0 +1,281 @@
+/* Communicators of unilink-bench (threads, -g groups, mpirun) and the host memory
+ * bandwidth the roofline uses. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "bench.h"
+/* ---------------------------------------------------------------------------- */
+/* communicators                                                                  */
+/* ---------------------------------------------------------------------------- */
+
+typedef struct bench_init_arg {
+  bench_run_t *r;
+  ul_unique_id_t id;
+  int local;
+  ul_result_t rc;
+  char why[256]; /* ul_last_error() is per thread: keep the init thread's sentence */
+} bench_init_arg_t;
+
+static void bench_config(const bench_run_t *r, ul_config_t *cfg) {
+  ul_config_t init = UL_CONFIG_INIT;
+  *cfg = init;
+  cfg->backend = r->backend;
+  if (r->o->timeout_s > 0) cfg->timeout_ms = r->o->timeout_s * 1000;
+  cfg->name = "unilink-bench";
+}
+
+static void *bench_init_thread(void *p) {
+  bench_init_arg_t *a = p;
+  ul_config_t cfg;
+  bench_config(a->r, &cfg);
+  a->rc = ul_comm_init_rank(&a->r->comms[a->local], &cfg, a->r->nranks, a->id,
+                            a->r->first_rank + a->local);
+  if (a->rc != UL_OK) snprintf(a->why, sizeof a->why, "%s", ul_last_error());
+  return NULL;
+}
+
+int bench_comms_create(bench_run_t *r) {
+  r->comms = calloc((size_t)r->nlocal, sizeof(ul_comm_t));
+  r->streams = calloc((size_t)r->nlocal, sizeof(ul_stream_t));
+  if (!r->comms || !r->streams) return BENCH_EXIT_INTERNAL;
+  ul_result_t rc;
+  if (r->mpi) {
+    ul_unique_id_t id;
+    int rank = 0, n = 0;
+    rc = ul_bootstrap_mpi(r->backend, &id, &rank, &n);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_bootstrap_mpi(%s): %s: %s\n", r->backend,
+              ul_result_name(rc), ul_last_error());
+      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
+    }
+    r->proc = rank;
+    r->nprocs = n;
+    r->nranks = n;
+    r->first_rank = rank;
+    ul_config_t cfg;
+    bench_config(r, &cfg);
+    rc = ul_comm_init_rank(&r->comms[0], &cfg, n, id, rank);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+              rank, n, ul_result_name(rc), ul_last_error());
+      return bench_exit_for(rc);
+    }
+    /* every process's device line, gathered to rank 0 over the whole world (nccl-tests
+     * lists every rank with its NCCL_TESTS_SPLIT group) */
+    r->color = bench_split_color(rank);
+    double *saved = r->xch;
+    size_t saved_per = r->xch_per_rank;
+    r->xch_per_rank = 16;
+    r->xch = calloc((size_t)n * 16, sizeof(double));
+    int gathered = r->xch ? bench_gather_devices(r) : -1;
+    free(r->xch);
+    bench_exchange_free(r); /* sized for this exchange only */
+    r->xch = saved;
+    r->xch_per_rank = saved_per;
+    if (gathered != 0) {
+      fprintf(stderr, "unilink-bench: gathering the device list failed: %s\n", r->fail_msg);
+      return bench_exit_for(r->fail_rc);
+    }
+    if (getenv("NCCL_TESTS_SPLIT_MASK") || getenv("NCCL_TESTS_SPLIT")) {
+      /* each group runs its own collective, as nccl-tests' MPI_Comm_split; rank 0's
+       * group is the one reported */
+      ul_comm_t sub = NULL;
+      rc = ul_comm_split(r->comms[0], r->color, rank, &sub, NULL);
+      if (rc != UL_OK) {
+        fprintf(stderr, "unilink-bench: NCCL_TESTS_SPLIT: ul_comm_split(%s, color %d): %s: %s\n",
+                r->backend, r->color, ul_result_name(rc), ul_comm_last_error(r->comms[0]));
+        return bench_exit_for(rc);
+      }
+      r->world = r->comms[0];
+      r->comms[0] = sub;
+      ul_comm_rank(sub, &r->first_rank);
+      ul_comm_size(sub, &r->nranks);
+    }
+  } else if (r->nthreads == 1 && r->ngpus > 1) {
+    /* -g G on one thread: one process driving G ranks, as ncclCommInitAll */
+    ul_config_t cfg;
+    bench_config(r, &cfg);
+    rc = ul_comm_init_all(r->comms, &cfg, r->ngpus, NULL);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_all(%s, %d ranks): %s: %s\n", r->backend,
+              r->ngpus, ul_result_name(rc), ul_last_error());
+      return bench_exit_for(rc);
+    }
+  } else {
+    ul_unique_id_t id;
+    rc = ul_get_unique_id(r->backend, &id);
+    if (rc != UL_OK) {
+      fprintf(stderr, "unilink-bench: ul_get_unique_id(%s): %s: %s\n", r->backend,
+              ul_result_name(rc), ul_last_error());
+      return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
+    }
+    /* every rank joins from its own thread: ul_comm_init_rank waits for all */
+    bench_init_arg_t *args = calloc((size_t)r->nlocal, sizeof *args);
+    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
+    if (!args || !th) { free(args); free(th); return BENCH_EXIT_INTERNAL; }
+    for (int i = 0; i < r->nlocal; i++) {
+      args[i].r = r;
+      args[i].id = id;
+      args[i].local = i;
+      if (pthread_create(&th[i], NULL, bench_init_thread, &args[i]) != 0) {
+        args[i].rc = UL_ERR_SYSTEM;
+        th[i] = 0;
+      }
+    }
+    int bad = -1;
+    for (int i = 0; i < r->nlocal; i++) {
+      if (th[i]) pthread_join(th[i], NULL);
+      if (args[i].rc != UL_OK && bad < 0) bad = i;
+    }
+    if (bad >= 0) {
+      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+              bad, r->nranks, ul_result_name(args[bad].rc),
+              r->comms[bad] ? ul_comm_last_error(r->comms[bad]) : args[bad].why);
+      int code = bench_exit_for(args[bad].rc);
+      free(args);
+      free(th);
+      return code;
+    }
+    free(args);
+    free(th);
+  }
+  if (r->ngpus > 1) {
+    /* one thread drives several ranks: calls must be enqueued, not run in place */
+    for (int i = 0; i < r->nlocal; i++) {
+      rc = ul_stream_create(r->comms[i], &r->streams[i]);
+      if (rc != UL_OK) {
+        fprintf(stderr, "unilink-bench: -g %d needs streams on backend %s: ul_stream_create: %s: %s\n",
+                r->ngpus, r->backend, ul_result_name(rc), ul_comm_last_error(r->comms[i]));
+        return bench_exit_for(rc);
+      }
+    }
+  }
+  return BENCH_EXIT_OK;
+}
+
+static void *bench_fini_thread(void *p) {
+  ul_comm_t comm = *(ul_comm_t *)p;
+  /* finalize is collective: each rank needs its own thread, like init */
+  ul_comm_finalize(comm);
+  ul_comm_destroy(comm);
+  return NULL;
+}
+
+void bench_comms_destroy(bench_run_t *r) {
+  for (int i = 0; r->streams && i < r->nlocal; i++)
+    if (r->streams[i]) ul_stream_destroy(r->streams[i]);
+  if (r->comms && r->fail_rc != UL_OK) {
+    /* a failed run: never wait for peers */
+    for (int i = 0; i < r->nlocal; i++)
+      if (r->comms[i]) ul_comm_abort(r->comms[i]);
+  } else if (r->comms) {
+    pthread_t *th = calloc((size_t)r->nlocal, sizeof *th);
+    for (int i = 0; i < r->nlocal; i++) {
+      if (!r->comms[i]) continue;
+      if (!th || pthread_create(&th[i], NULL, bench_fini_thread, &r->comms[i]) != 0) {
+        if (th) th[i] = 0;
+        ul_comm_destroy(r->comms[i]); /* local; peers see us leave */
+      }
+    }
+    for (int i = 0; th && i < r->nlocal; i++)
+      if (th[i]) pthread_join(th[i], NULL);
+    free(th);
+  }
+  if (r->world) {
+    if (r->fail_rc != UL_OK) ul_comm_abort(r->world);
+    else { ul_comm_finalize(r->world); ul_comm_destroy(r->world); }
+    r->world = NULL;
+  }
+  free(r->comms);
+  free(r->streams);
+  r->comms = NULL;
+  r->streams = NULL;
+}
+
+/* ---------------------------------------------------------------------------- */
+/* memory bandwidth for the roofline                                              */
+/* ---------------------------------------------------------------------------- */
+
+typedef struct bench_copy_arg {
+  char *dst;
+  const char *src;
+  size_t bytes;
+} bench_copy_arg_t;
+
+static void *bench_copy_thread(void *p) {
+  bench_copy_arg_t *a = p;
+  memcpy(a->dst, a->src, a->bytes);
+  return NULL;
+}
+
+double bench_measure_membw(void) {
+  const size_t bytes = (size_t)256 << 20;
+  char *src = malloc(bytes), *dst = malloc(bytes);
+  if (!src || !dst) { free(src); free(dst); return 0.0; }
+  /* touch every page so the timing does not include first-touch faults */
+  memset(src, 1, bytes);
+  memset(dst, 0, bytes);
+  double best = 0.0;
+  for (int rep = 0; rep < 3; rep++) {
+    pthread_t th[2];
+    bench_copy_arg_t a[2];
+    double t0 = bench_now();
+    for (int i = 0; i < 2; i++) {
+      a[i].dst = dst + i * (bytes / 2);
+      a[i].src = src + i * (bytes / 2);
+      a[i].bytes = bytes / 2;
+      if (pthread_create(&th[i], NULL, bench_copy_thread, &a[i]) != 0) {
+        bench_copy_thread(&a[i]);
+        th[i] = 0;
+      }
+    }
+    for (int i = 0; i < 2; i++)
+      if (th[i]) pthread_join(th[i], NULL);
+    double dt = bench_now() - t0;
+    /* read + write: every byte is read once and written once */
+    double gbs = dt > 0 ? 2.0 * (double)bytes / dt / 1e9 : 0.0;
+    if (gbs > best) best = gbs;
+  }
+  free(src);
+  free(dst);
+  return best;
+}
+
+
+/* nccl-tests' NCCL_TESTS_SPLIT_MASK (hex mask) and NCCL_TESTS_SPLIT ("AND n", "&n",
+ * "OR n", "|n", "MOD n", "%n", "DIV n", "/n"; n in base 0 or 0b binary). */
+static int bench_split_int(const char *s, int *v) {
+  while (*s == ' ' || *s == '\t') s++;
+  if (!*s) return 0;
+  char *end = NULL;
+  if (strncasecmp(s, "0b", 2) == 0) *v = (int)strtoul(s + 2, &end, 2);
+  else *v = (int)strtoul(s, &end, 0);
+  return end != s;
+}
+
+int bench_split_color(int proc) {
+  const char *e = getenv("NCCL_TESTS_SPLIT_MASK");
+  if (e) return proc & (int)strtoul(e, NULL, 16);
+  e = getenv("NCCL_TESTS_SPLIT");
+  if (!e) return 0;
+  static const struct { const char *word, *sym; int kind; } ops[] = {
+      {"AND", "&", 0}, {"OR", "|", 1}, {"MOD", "%", 2}, {"DIV", "/", 3}};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    size_t wl = strlen(ops[i].word);
+    const char *arg = NULL;
+    if (strncasecmp(e, ops[i].word, wl) == 0) arg = e + wl;
+    else if (strncmp(e, ops[i].sym, 1) == 0) arg = e + 1;
+    int v = 0;
+    if (!arg || !bench_split_int(arg, &v)) continue;
+    switch (ops[i].kind) {
+    case 0: return proc & v;
+    case 1: return proc | v;
+    case 2: return v ? proc % v : 0;
+    default: return v ? proc / v : 0;
+    }
+  }
+  return 0;
+}
