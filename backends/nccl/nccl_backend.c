@@ -1112,6 +1112,49 @@ static ul_result_t nccl_alltoall(ul_backend_comm_t *c, const void *sb, void *rb,
                      nccl_opt.alltoall(sb, rb, count, t, c->nc, nccl_stream_of(c, s)), s);
 }
 
+/* The vector collectives: grouped ncclSend/ncclRecv of per-peer counts (NCCL has no
+ * alltoallv or allgatherv; this is what NCCL users write by hand). */
+static ul_result_t nccl_vgroup(ul_backend_comm_t *c, const char *call, const void *sb,
+                               const size_t *scounts, const size_t *sdispls, void *rb,
+                               const size_t *rcounts, const size_t *rdispls, ul_dtype_t dtype,
+                               ul_backend_stream_t *s) {
+  size_t count = 1; /* NCCL_COLL_BEGIN's no-op test: empty blocks are left out below */
+  NCCL_COLL_BEGIN(c, call, dtype, 0, UL_SUM);
+  ulnccl_vp2p_t *plan = malloc(2 * (size_t)c->nranks * sizeof(*plan));
+  if (!plan) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
+  int n = ulnccl_vplan(c->rank, c->nranks, ul_dtype_size(dtype), sb, scounts, sdispls, rb,
+                       rcounts, rdispls, plan);
+  cudaStream_t st = nccl_stream_of(c, s);
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    free(plan);
+    return nccl_fail(c, "ncclGroupStart", r);
+  }
+  ncclResult_t first = ncclSuccess;
+  for (int i = 0; i < n && (first == ncclSuccess || first == ncclInProgress); i++)
+    first = plan[i].is_send ? ncclSend(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st)
+                            : ncclRecv(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st);
+  free(plan);
+  r = ncclGroupEnd(); /* a started group is always ended */
+  if (first != ncclSuccess && first != ncclInProgress) return nccl_fail(c, call, first);
+  return nccl_finish(c, call, r, s);
+}
+
+static ul_result_t nccl_alltoallv(ul_backend_comm_t *c, const void *sb, const size_t *scounts,
+                                  const size_t *sdispls, void *rb, const size_t *rcounts,
+                                  const size_t *rdispls, ul_dtype_t dtype,
+                                  ul_backend_stream_t *s) {
+  return nccl_vgroup(c, "ncclSend/ncclRecv (alltoallv)", sb, scounts, sdispls, rb, rcounts,
+                     rdispls, dtype, s);
+}
+
+static ul_result_t nccl_allgatherv(ul_backend_comm_t *c, const void *sb, size_t sendcount,
+                                   void *rb, const size_t *rcounts, const size_t *displs,
+                                   ul_dtype_t dtype, ul_backend_stream_t *s) {
+  return nccl_vgroup(c, "ncclSend/ncclRecv (allgatherv)", sb, &sendcount, NULL, rb, rcounts,
+                     displs, dtype, s);
+}
+
 static ul_result_t nccl_gather(ul_backend_comm_t *c, const void *sb, void *rb, size_t count,
                                ul_dtype_t dtype, int root, ul_backend_stream_t *s) {
   NCCL_COLL_BEGIN(c, "ul_gather", dtype, 0, UL_SUM);
@@ -1193,6 +1236,8 @@ static const ul_backend_coll_ops_t nccl_coll = {
     .gather = nccl_gather,
     .scatter = nccl_scatter,
     .barrier = nccl_barrier,
+    .alltoallv = nccl_alltoallv,
+    .allgatherv = nccl_allgatherv,
 };
 
 static const ul_backend_ops_t nccl_ops = {

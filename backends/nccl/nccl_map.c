@@ -233,3 +233,22 @@ int ulnccl_p2p_plan(ul_coll_t coll, int rank, int nranks, int root, size_t block
   }
   return n;
 }
+
+int ulnccl_vplan(int rank, int nranks, size_t elem_size, const void *send, const size_t *scounts,
+                 const size_t *sdispls, void *recv, const size_t *rcounts, const size_t *rdispls,
+                 ulnccl_vp2p_t *out) {
+  int n = 0;
+  const char *sb = (const char *)send;
+  char *rb = (char *)recv;
+  int gather = sdispls == NULL;
+  /* allgatherv in place: the own block already sits at rdispls[rank] */
+  int inplace = gather && sb == rb + rdispls[rank] * elem_size;
+  for (int p = 0; p < nranks; p++) {
+    size_t sc = gather ? scounts[0] : scounts[p];
+    if (sc && !(p == rank && inplace))
+      out[n++] = (ulnccl_vp2p_t){1, p, (void *)(sb + (gather ? 0 : sdispls[p] * elem_size)), sc};
+    if (rcounts[p] && !(p == rank && inplace))
+      out[n++] = (ulnccl_vp2p_t){0, p, rb + rdispls[p] * elem_size, rcounts[p]};
+  }
+  return n;
+}

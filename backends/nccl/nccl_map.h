@@ -91,6 +91,22 @@ typedef struct ulnccl_p2p {
 int ulnccl_p2p_plan(ul_coll_t coll, int rank, int nranks, int root, size_t block,
                     const void *sendbuf, void *recvbuf, ulnccl_p2p_t *out);
 
+/* One ncclSend/ncclRecv of a vector collective: count elements at buf. */
+typedef struct ulnccl_vp2p {
+  int is_send;
+  int peer;
+  void *buf;
+  size_t count;
+} ulnccl_vp2p_t;
+/* alltoallv (sdispls non-NULL) or allgatherv (sdispls NULL: every peer gets sendbuf's
+ * scounts[0] elements) as grouped ncclSend/ncclRecv. Counts and displacements in
+ * elements of elem_size bytes. Zero-count blocks are left out (the peer leaves out the
+ * matching one); the own block moves by a send/recv to itself unless in place.
+ * Fills out (room for 2 * nranks) and returns the entry count. */
+int ulnccl_vplan(int rank, int nranks, size_t elem_size, const void *sendbuf,
+                 const size_t *scounts, const size_t *sdispls, void *recvbuf,
+                 const size_t *rcounts, const size_t *rdispls, ulnccl_vp2p_t *out);
+
 #ifdef __cplusplus
 }
 #endif
