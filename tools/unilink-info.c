@@ -1,6 +1,8 @@
-/* unilink-info: what backends this libunilink sees (and why some cannot run), every
- * UNILINK_* parameter with its value, default and help, and the library version.
- * Public API only. */
+/* unilink-info: what backends this libunilink sees (and why some cannot run), the
+ * devices and links of one backend, every UNILINK_* parameter (from the library's one
+ * table, param_list.h, via ul_param_get), the build options and the version; text, JSON
+ * (--json) or the docs' markdown parameter table (--params --markdown). Public API only. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +36,9 @@ static uint32_t feature_bits(uint32_t f) {
   return out;
 }
 
-/* Names of the set bits, space separated for text, JSON strings for json. */
-static void print_bits(FILE *o, uint32_t bits, int n, info_namer_t namer, int json) {
+/* Names of the set bits, space separated. */
+static void print_bits(FILE *o, uint32_t bits, int n, info_namer_t namer) {
   int first = 1;
-  if (json) fputc('[', o);
   for (int i = 0; i < n; i++) {
     if (!(bits & (1u << i))) continue;
     const char *nm = namer(i);
@@ -46,34 +47,26 @@ static void print_bits(FILE *o, uint32_t bits, int n, info_namer_t namer, int js
       snprintf(tmp, sizeof tmp, "bit%d", i);
       nm = tmp;
     }
-    if (json)
-      fprintf(o, "%s\"%s\"", first ? "" : ",", nm);
-    else
-      fprintf(o, "%s%s", first ? "" : " ", nm);
+    fprintf(o, "%s%s", first ? "" : " ", nm);
     first = 0;
   }
-  if (json) fputc(']', o);
-  else if (first) fputs("-", o);
+  if (first) fputs("-", o);
 }
 
-static void json_str(FILE *o, const char *s) {
-  fputc('"', o);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    switch (*p) {
-      case '"': fputs("\\\"", o); break;
-      case '\\': fputs("\\\\", o); break;
-      case '\n': fputs("\\n", o); break;
-      case '\t': fputs("\\t", o); break;
-      case '\r': fputs("\\r", o); break;
-      default:
-        if (*p < 0x20) fprintf(o, "\\u%04x", *p);
-        else fputc(*p, o);
-    }
-  }
-  fputc('"', o);
+static int backend_info(int i, ul_backend_info_t *b) {
+  memset(b, 0, sizeof *b);
+  b->struct_size = sizeof *b;
+  return ul_backend_get_info(i, b) == UL_OK;
 }
 
-static void backends_text(FILE *o) {
+/* only: print just this backend (NULL: all). A "sim:<preset>" name matches "sim". */
+static int backend_matches(const char *name, const char *only) {
+  if (!only) return 1;
+  size_t n = strlen(name);
+  return strncmp(name, only, n) == 0 && (only[n] == '\0' || only[n] == ':');
+}
+
+static void backends_text(FILE *o, const char *only) {
   int n = ul_backend_count();
   fprintf(o, "Backends (%d)\n", n);
   if (n == 0) {
@@ -84,27 +77,26 @@ static void backends_text(FILE *o) {
   fprintf(o, "  %-12s %-12s %s\n", "NAME", "STATUS", "ORIGIN");
   for (int i = 0; i < n; i++) {
     ul_backend_info_t b;
-    memset(&b, 0, sizeof b);
-    b.struct_size = sizeof b;
-    if (ul_backend_get_info(i, &b) != UL_OK) {
+    if (!backend_info(i, &b)) {
       fprintf(o, "  #%d: %s\n", i, ul_last_error());
       continue;
     }
+    if (!backend_matches(b.name, only)) continue;
     fprintf(o, "  %-12s %-12s %s%s\n", b.name, b.available ? "available" : "unavailable",
             b.origin, (best && strcmp(best, b.name) == 0) ? "  [auto]" : "");
     if (b.description && b.description[0]) fprintf(o, "      %-13s %s\n", "description", b.description);
     if (!b.available) fprintf(o, "      %-13s %s\n", "reason", b.reason);
     if (b.version[0]) fprintf(o, "      %-13s %s\n", "version", b.version);
     fprintf(o, "      %-13s ", "features");
-    print_bits(o, feature_bits(b.features), 32, feature_namer, 0);
+    print_bits(o, feature_bits(b.features), 32, feature_namer);
     fprintf(o, "\n      %-13s ", "collectives");
-    print_bits(o, b.collectives, UL_COLL_COUNT, coll_namer, 0);
+    print_bits(o, b.collectives, UL_COLL_COUNT, coll_namer);
     fprintf(o, "\n      %-13s ", "dtypes");
-    print_bits(o, b.dtypes, UL_DTYPE_COUNT, dtype_namer, 0);
+    print_bits(o, b.dtypes, UL_DTYPE_COUNT, dtype_namer);
     fprintf(o, "\n      %-13s ", "reduce dtypes");
-    print_bits(o, b.reduce_dtypes, UL_DTYPE_COUNT, dtype_namer, 0);
+    print_bits(o, b.reduce_dtypes, UL_DTYPE_COUNT, dtype_namer);
     fprintf(o, "\n      %-13s ", "ops");
-    print_bits(o, b.ops, UL_OP_COUNT, op_namer, 0);
+    print_bits(o, b.ops, UL_OP_COUNT, op_namer);
     if (b.max_ranks > 0) fprintf(o, "\n      %-13s %d", "max ranks", b.max_ranks);
     fputc('\n', o);
   }
@@ -114,84 +106,246 @@ static void backends_text(FILE *o) {
 static void params_text(FILE *o) {
   int n = ul_param_count();
   fprintf(o, "Parameters (%d)\n", n);
-  fprintf(o, "  %-26s %-16s %s\n", "NAME", "VALUE", "DEFAULT");
+  fprintf(o, "  %-32s %-7s %-8s %-16s %s\n", "NAME", "TYPE", "OWNER", "VALUE", "DEFAULT");
   for (int i = 0; i < n; i++) {
     ul_param_info_t p;
+    const char *type = "?", *owner = "?";
     if (ul_param_get(i, &p) != UL_OK) continue;
-    fprintf(o, "  %-26s %-16s %s\n", p.name, p.value[0] ? p.value : "(unset)",
-            p.default_value[0] ? p.default_value : "\"\"");
+    (void)ul_param_kind(i, &type, &owner);
+    fprintf(o, "  %-32s %-7s %-8s %-16s %s\n", p.name, type, owner,
+            p.value[0] ? p.value : "(unset)", p.default_value[0] ? p.default_value : "\"\"");
     if (p.help && p.help[0]) fprintf(o, "      %s\n", p.help);
   }
 }
 
-static void backends_json(FILE *o) {
-  int n = ul_backend_count();
-  const char *best = ul_backend_auto();
-  fputs("\"auto\":", o);
-  if (best) json_str(o, best); else fputs("null", o);
-  fputs(",\"backends\":[", o);
-  int first = 1;
-  for (int i = 0; i < n; i++) {
-    ul_backend_info_t b;
-    memset(&b, 0, sizeof b);
-    b.struct_size = sizeof b;
-    if (ul_backend_get_info(i, &b) != UL_OK) continue;
-    fputs(first ? "{" : ",{", o);
-    first = 0;
-    fputs("\"name\":", o); json_str(o, b.name);
-    fputs(",\"description\":", o); json_str(o, b.description);
-    fprintf(o, ",\"available\":%s", b.available ? "true" : "false");
-    fputs(",\"reason\":", o); json_str(o, b.reason);
-    fprintf(o, ",\"plugin\":%s", b.plugin ? "true" : "false");
-    fputs(",\"origin\":", o); json_str(o, b.origin);
-    fputs(",\"version\":", o); json_str(o, b.version);
-    fputs(",\"features\":", o); print_bits(o, feature_bits(b.features), 32, feature_namer, 1);
-    fputs(",\"collectives\":", o); print_bits(o, b.collectives, UL_COLL_COUNT, coll_namer, 1);
-    fputs(",\"dtypes\":", o); print_bits(o, b.dtypes, UL_DTYPE_COUNT, dtype_namer, 1);
-    fputs(",\"reduce_dtypes\":", o);
-    print_bits(o, b.reduce_dtypes, UL_DTYPE_COUNT, dtype_namer, 1);
-    fputs(",\"ops\":", o); print_bits(o, b.ops, UL_OP_COUNT, op_namer, 1);
-    fprintf(o, ",\"max_ranks\":%d}", b.max_ranks);
-  }
-  fputc(']', o);
-}
 
-static void params_json(FILE *o) {
-  fputs("\"params\":[", o);
+/* The docs' parameter table (docs/user-guide.md holds this output between markers, and a
+ * test compares them, so the docs cannot drift from the library's table). */
+static void params_markdown(FILE *o) {
+  fprintf(o, "| Variable | Type | Default | Owner | Meaning |\n|---|---|---|---|---|\n");
   int n = ul_param_count();
   for (int i = 0; i < n; i++) {
     ul_param_info_t p;
+    const char *type = "?", *owner = "?";
     if (ul_param_get(i, &p) != UL_OK) continue;
-    fputs(i ? ",{" : "{", o);
-    fputs("\"name\":", o); json_str(o, p.name);
-    fputs(",\"value\":", o); json_str(o, p.value);
-    fputs(",\"default\":", o); json_str(o, p.default_value);
-    fputs(",\"help\":", o); json_str(o, p.help);
-    fputc('}', o);
+    (void)ul_param_kind(i, &type, &owner);
+    if (strcmp(owner, "test") == 0) continue; /* exists only in test builds */
+    fprintf(o, "| `%s` | %s | %s%s%s | %s | ", p.name, type, p.default_value[0] ? "`" : "",
+            p.default_value[0] ? p.default_value : "(empty)", p.default_value[0] ? "`" : "",
+            owner);
+    for (const char *c = p.help; c && *c; c++) fputs(*c == '|' ? "\\|" : (char[2]){*c, 0}, o);
+    fputs(" |\n", o);
   }
-  fputc(']', o);
+}
+
+static void build_text(FILE *o) {
+  int n = ul_build_option_count();
+  fprintf(o, "Build options\n");
+  for (int i = 0; i < n; i++) {
+    const char *k, *v;
+    if (ul_build_option_get(i, &k, &v) == UL_OK) fprintf(o, "  %-18s %s\n", k, v[0] ? v : "-");
+  }
+}
+
+static const char *link_kind_name(ul_link_kind_t k) {
+  static const char *names[] = {"self", "nvlink", "pcie", "shm", "network", "modeled", "xelink",
+                                "unknown"};
+  return (k >= 0 && k <= UL_LINK_UNKNOWN) ? names[k] : "unknown";
+}
+static const char *link_source_name(ul_link_source_t s) {
+  static const char *names[] = {"none", "measured", "driver", "modeled", "nominal"};
+  return (s >= 0 && s <= UL_SOURCE_NOMINAL) ? names[s] : "none";
+}
+
+/* Devices and links of one backend: one process drives nranks ranks (ul_comm_init_all),
+ * and rank 0's ul_comm_topology gives the link to every peer. Returns 0, or 3 when the
+ * backend cannot start that many ranks here (the reason is printed). */
+typedef struct links {
+  int nranks;
+  ul_link_info_t *l; /* nranks x nranks: row r is rank r's view */
+} links_t;
+
+static int links_probe(const char *backend, int nranks, links_t *out, char *why, size_t wl) {
+  memset(out, 0, sizeof *out);
+  ul_comm_t *comms = calloc((size_t)nranks, sizeof *comms);
+  ul_link_info_t *l = calloc((size_t)nranks * (size_t)nranks, sizeof *l);
+  if (!comms || !l) {
+    free(comms);
+    free(l);
+    snprintf(why, wl, "out of memory");
+    return 3;
+  }
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = backend;
+  cfg.timeout_ms = 10000; /* a tool must not hang on a broken backend */
+  cfg.name = "unilink-info";
+  ul_result_t rc = ul_comm_init_all(comms, &cfg, nranks, NULL);
+  if (rc != UL_OK) {
+    snprintf(why, wl, "ul_comm_init_all(%s, %d ranks): %s: %s", backend, nranks,
+             ul_result_name(rc), ul_last_error());
+    free(comms);
+    free(l);
+    return 3;
+  }
+  for (int r = 0; r < nranks && rc == UL_OK; r++) {
+    rc = ul_comm_topology(comms[r], l + (size_t)r * nranks, nranks);
+    if (rc != UL_OK)
+      snprintf(why, wl, "ul_comm_topology: %s: %s", ul_result_name(rc),
+               ul_comm_last_error(comms[r]));
+  }
+  for (int r = 0; r < nranks; r++) ul_comm_destroy(comms[r]);
+  free(comms);
+  if (rc != UL_OK) {
+    free(l);
+    return 3;
+  }
+  out->nranks = nranks;
+  out->l = l;
+  return 0;
+}
+
+static void links_text(FILE *o, const char *backend, const links_t *k) {
+  fprintf(o, "Devices and links of %s (%d ranks in this process)\n", backend, k->nranks);
+  fprintf(o, "  %-5s %-5s %-8s %-9s %-10s %-10s %s\n", "RANK", "PEER", "KIND", "SOURCE", "GB/s",
+          "LAT us", "DESCRIPTION");
+  for (int r = 0; r < k->nranks; r++)
+    for (int p = 0; p < k->nranks; p++) {
+      const ul_link_info_t *x = &k->l[(size_t)r * k->nranks + p];
+      fprintf(o, "  %-5d %-5d %-8s %-9s %-10.1f %-10.2f %s\n", r, x->peer,
+              link_kind_name(x->kind), link_source_name(x->source), x->bandwidth_gbps,
+              x->latency_us, x->description);
+    }
+}
+
+/* --------------------------------------------------------------- JSON */
+static cJSON *bits_json(uint32_t bits, int n, info_namer_t namer) {
+  cJSON *a = cJSON_CreateArray();
+  for (int i = 0; i < n; i++) {
+    if (!(bits & (1u << i))) continue;
+    const char *nm = namer(i);
+    char tmp[16];
+    if (nm == NULL) {
+      snprintf(tmp, sizeof tmp, "bit%d", i);
+      nm = tmp;
+    }
+    cJSON_AddItemToArray(a, cJSON_CreateString(nm));
+  }
+  return a;
+}
+
+static cJSON *backends_json(const char *only) {
+  cJSON *arr = cJSON_CreateArray();
+  int n = ul_backend_count();
+  for (int i = 0; i < n; i++) {
+    ul_backend_info_t b;
+    if (!backend_info(i, &b) || !backend_matches(b.name, only)) continue;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", b.name);
+    cJSON_AddStringToObject(j, "description", b.description ? b.description : "");
+    cJSON_AddBoolToObject(j, "available", b.available);
+    cJSON_AddStringToObject(j, "reason", b.reason);
+    cJSON_AddBoolToObject(j, "plugin", b.plugin);
+    cJSON_AddStringToObject(j, "origin", b.origin);
+    cJSON_AddStringToObject(j, "version", b.version);
+    cJSON_AddItemToObject(j, "features", bits_json(feature_bits(b.features), 32, feature_namer));
+    cJSON_AddItemToObject(j, "collectives", bits_json(b.collectives, UL_COLL_COUNT, coll_namer));
+    cJSON_AddItemToObject(j, "dtypes", bits_json(b.dtypes, UL_DTYPE_COUNT, dtype_namer));
+    cJSON_AddItemToObject(j, "reduce_dtypes",
+                          bits_json(b.reduce_dtypes, UL_DTYPE_COUNT, dtype_namer));
+    cJSON_AddItemToObject(j, "ops", bits_json(b.ops, UL_OP_COUNT, op_namer));
+    cJSON_AddNumberToObject(j, "max_ranks", b.max_ranks);
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+static cJSON *params_json(void) {
+  cJSON *arr = cJSON_CreateArray();
+  int n = ul_param_count();
+  for (int i = 0; i < n; i++) {
+    ul_param_info_t p;
+    const char *type = "?", *owner = "?";
+    if (ul_param_get(i, &p) != UL_OK) continue;
+    (void)ul_param_kind(i, &type, &owner);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "name", p.name);
+    cJSON_AddStringToObject(j, "type", type);
+    cJSON_AddStringToObject(j, "owner", owner);
+    cJSON_AddStringToObject(j, "value", p.value);
+    cJSON_AddStringToObject(j, "default", p.default_value);
+    cJSON_AddStringToObject(j, "help", p.help ? p.help : "");
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+static cJSON *build_json(void) {
+  cJSON *j = cJSON_CreateObject();
+  int n = ul_build_option_count();
+  for (int i = 0; i < n; i++) {
+    const char *k, *v;
+    if (ul_build_option_get(i, &k, &v) == UL_OK) cJSON_AddStringToObject(j, k, v);
+  }
+  return j;
+}
+
+static cJSON *links_json(const links_t *k) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int r = 0; r < k->nranks; r++)
+    for (int p = 0; p < k->nranks; p++) {
+      const ul_link_info_t *x = &k->l[(size_t)r * k->nranks + p];
+      cJSON *j = cJSON_CreateObject();
+      cJSON_AddNumberToObject(j, "rank", r);
+      cJSON_AddNumberToObject(j, "peer", x->peer);
+      cJSON_AddStringToObject(j, "kind", link_kind_name(x->kind));
+      cJSON_AddNumberToObject(j, "generation", x->generation);
+      cJSON_AddNumberToObject(j, "lanes", x->lanes);
+      cJSON_AddNumberToObject(j, "bandwidth_gbps", x->bandwidth_gbps);
+      cJSON_AddNumberToObject(j, "latency_us", x->latency_us);
+      cJSON_AddStringToObject(j, "source", link_source_name(x->source));
+      cJSON_AddStringToObject(j, "description", x->description);
+      cJSON_AddItemToArray(arr, j);
+    }
+  return arr;
 }
 
 static void usage(FILE *o, const char *argv0) {
   fprintf(o,
-          "usage: %s [--backends] [--params] [--json] [-h]\n"
+          "usage: %s [--backends] [--params [--markdown]] [--build] [--backend NAME\n"
+          "          [--ranks N]] [--json] [-h]\n"
           "  Lists the backends unilink sees (available or why not, origin, version,\n"
           "  features, collectives, dtypes and ops), every UNILINK_* parameter with its\n"
-          "  value, default and help, and the library version.\n"
-          "  --backends  only the backends\n"
-          "  --params    only the parameters\n"
-          "  --json      machine-readable output of the same\n"
-          "  -h, --help  this text\n",
+          "  type, owner, value, default and help, the build options and the version.\n"
+          "  --backends      only the backends\n"
+          "  --params        only the parameters (--markdown: as the docs' table)\n"
+          "  --build         only the build options (test hooks, sanitizers, backends)\n"
+          "  --backend NAME  only this backend, with its devices and the links between\n"
+          "                  N ranks started in this process (--ranks N, default 2)\n"
+          "  --json          machine-readable output of the same\n"
+          "  -h, --help      this text\n"
+          "exit status: 0 ok, 2 usage error, 3 the --backend cannot start here\n",
           argv0);
 }
 
 int main(int argc, char **argv) {
-  int want_backends = 0, want_params = 0, json = 0;
+  int want_backends = 0, want_params = 0, want_build = 0, json = 0, markdown = 0, nranks = 2;
+  const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--backends") == 0) want_backends = 1;
     else if (strcmp(argv[i], "--params") == 0) want_params = 1;
+    else if (strcmp(argv[i], "--build") == 0) want_build = 1;
+    else if (strcmp(argv[i], "--markdown") == 0) markdown = 1;
     else if (strcmp(argv[i], "--json") == 0) json = 1;
-    else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+    else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) only = argv[++i];
+    else if (strcmp(argv[i], "--ranks") == 0 && i + 1 < argc) {
+      char *end;
+      long v = strtol(argv[++i], &end, 10);
+      if (*end || v < 1 || v > 1024) {
+        fprintf(stderr, "%s: --ranks wants 1..1024, not \"%s\"\n", argv[0], argv[i]);
+        return 2;
+      }
+      nranks = (int)v;
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout, argv[0]);
       return 0;
     } else {
@@ -200,22 +354,65 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!want_backends && !want_params) want_backends = want_params = 1;
-  int all = want_backends && want_params;
   FILE *o = stdout;
-  if (json) {
-    fputs("{\"version\":", o);
-    json_str(o, ul_version_string());
-    /* Backends first: probing them registers their parameters. */
-    if (want_backends) { fputc(',', o); backends_json(o); }
-    if (want_params) { fputc(',', o); params_json(o); }
-    fputs("}\n", o);
-  } else {
-    if (want_backends) backends_text(o);
-    if (all) fputc('\n', o);
-    if (want_params) params_text(o);
-    if (all) fprintf(o, "\nlibunilink %s (backend ABI %d.%d)\n", ul_version_string(),
-                       UL_BACKEND_ABI_MAJOR, UL_BACKEND_ABI_MINOR);
+  if (markdown) {
+    params_markdown(o);
+    return ferror(o) ? 1 : 0;
   }
-  return ferror(o) ? 1 : 0;
+  if (!want_backends && !want_params && !want_build) {
+    want_backends = 1;
+    want_params = want_build = only == NULL;
+  }
+  links_t k = {0, NULL};
+  char why[512] = "";
+  int status = 0;
+  if (only && want_backends) status = links_probe(only, nranks, &k, why, sizeof why);
+  if (json) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", ul_version_string());
+    /* Backends first: probing them registers plugins' own parameters. */
+    if (want_backends) {
+      const char *best = ul_backend_auto();
+      cJSON_AddItemToObject(root, "auto", best ? cJSON_CreateString(best) : cJSON_CreateNull());
+      cJSON_AddItemToObject(root, "backends", backends_json(only));
+      if (only) {
+        cJSON_AddStringToObject(root, "backend", only);
+        if (status == 0) cJSON_AddItemToObject(root, "links", links_json(&k));
+        else cJSON_AddStringToObject(root, "links_error", why);
+      }
+    }
+    if (want_params) cJSON_AddItemToObject(root, "params", params_json());
+    if (want_build) cJSON_AddItemToObject(root, "build", build_json());
+    char *text = cJSON_Print(root);
+    if (text) fprintf(o, "%s\n", text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+  } else {
+    int sep = 0;
+    if (want_backends) {
+      backends_text(o, only);
+      if (only) {
+        fputc('\n', o);
+        if (status == 0) links_text(o, only, &k);
+        else fprintf(o, "Devices and links of %s: cannot start ranks here: %s\n", only, why);
+      }
+      sep = 1;
+    }
+    if (want_params) {
+      if (sep) fputc('\n', o);
+      params_text(o);
+      sep = 1;
+    }
+    if (want_build) {
+      if (sep) fputc('\n', o);
+      build_text(o);
+      sep = 1;
+    }
+    if (sep && !only)
+      fprintf(o, "\nlibunilink %s (backend ABI %d.%d)\n", ul_version_string(),
+              UL_BACKEND_ABI_MAJOR, UL_BACKEND_ABI_MINOR);
+  }
+  free(k.l);
+  if (status) fprintf(stderr, "unilink-info: %s\n", why);
+  return ferror(o) ? 1 : status;
 }

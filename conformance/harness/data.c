@@ -470,7 +470,9 @@ const char *cf_op_name(int op) {
 }
 const char *cf_coll_name(int c) {
   static const char *n[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
-                            "alltoall", "gather", "scatter", "barrier", "sendrecv"};
+                            "alltoall", "gather", "scatter", "barrier", "sendrecv",
+                            "alltoallv", "allgatherv"};
+  _Static_assert(sizeof n / sizeof n[0] == UL_COLL_COUNT, "a collective without a name");
   return (c >= 0 && c < UL_COLL_COUNT) ? n[c] : "-";
 }
 

@@ -29,7 +29,22 @@ static void cf_usage(FILE *f) {
           "  --json FILE          write results as JSON\n"
           "  --junit FILE         write results as JUnit XML\n"
           "  -v, --verbose        print every case result\n"
-          "exit status: 0 all passed, 1 a failure, 2 usage error, 3 backend unavailable\n");
+          "exit status: 0 passed (at least one case ran, none failed), 1 a failure,\n"
+          "  2 usage error, 3 backend unavailable (a --junit file still gets one error case),\n"
+          "  4 nothing ran (every selected case was skipped, or none was selected)\n");
+}
+
+/* Exit statuses (documented in the usage text and docs/conformance.md). "Nothing ran" is
+ * its own status so that a CI job gating on the exit code cannot go green having tested
+ * nothing. */
+enum { CF_EXIT_PASS = 0, CF_EXIT_FAIL = 1, CF_EXIT_USAGE = 2, CF_EXIT_UNAVAILABLE = 3,
+       CF_EXIT_NOTHING_RAN = 4 };
+
+/* Exit 3, leaving the JUnit file CI looks for (with one error case) when one was asked. */
+static int cf_unavailable(const cf_opts_t *o, const char *why) {
+  if (o->junit_path && o->child_rank < 0 && cf_report_junit_unavailable(o->junit_path, o, why))
+    fprintf(stderr, "unilink-conformance: cannot write %s\n", o->junit_path);
+  return CF_EXIT_UNAVAILABLE;
 }
 
 static int cf_parse_ranks(const char *s, cf_opts_t *o) {
@@ -326,7 +341,7 @@ int main(int argc, char **argv) {
     o.backend = (env && *env && strcmp(env, "auto")) ? env : ul_backend_auto();
     if (!o.backend) {
       fprintf(stderr, "unilink-conformance: no backend is available here (%s)\n", ul_last_error());
-      return 3;
+      return cf_unavailable(&o, ul_last_error());
     }
   }
   ul_backend_info_t info;
@@ -334,8 +349,9 @@ int main(int argc, char **argv) {
   info.struct_size = sizeof info;
   ul_result_t rc = ul_backend_query(o.backend, &info);
   if (rc != UL_OK) {
-    fprintf(stderr, "unilink-conformance: backend '%s': %s (%s)\n", o.backend, ul_result_name(rc),
-            ul_last_error());
+    char why[512];
+    snprintf(why, sizeof why, "%s (%s)", ul_result_name(rc), ul_last_error());
+    fprintf(stderr, "unilink-conformance: backend '%s': %s\n", o.backend, why);
     int nb = ul_backend_count();
     fprintf(stderr, "registered backends:");
     for (int i = 0; i < nb; i++) {
@@ -345,7 +361,7 @@ int main(int argc, char **argv) {
       if (ul_backend_get_info(i, &bi) == UL_OK) fprintf(stderr, " %s", bi.name);
     }
     fprintf(stderr, "\n");
-    return 3;
+    return cf_unavailable(&o, why);
   }
   if (o.use_ul_mem < 0) o.use_ul_mem = (info.features & UL_FEATURE_DEVICE_MEMORY) ? 1 : 0;
 
@@ -354,7 +370,7 @@ int main(int argc, char **argv) {
   if (!info.available && !o.list) {
     fprintf(stderr, "unilink-conformance: backend '%s' is unavailable here: %s\n", o.backend,
             info.reason[0] ? info.reason : "(no reason given)");
-    return 3;
+    return cf_unavailable(&o, info.reason[0] ? info.reason : "(no reason given)");
   }
 
   cf_plan_t plans[16];
@@ -381,7 +397,14 @@ int main(int argc, char **argv) {
   int fatal = 0, is_root = 1;
   if (o.launcher == CF_LAUNCH_MPI) {
     int r = cf_launch_mpi(&o, &info, plans, nplans, &is_root);
-    if (r == 3) return 3;
+    if (r == 3) {
+      /* No world communicator, so no root: the launcher's rank-0 process writes the file. */
+      const char *lr = getenv("OMPI_COMM_WORLD_RANK");
+      if (!lr) lr = getenv("PMI_RANK");
+      if (!lr) lr = getenv("SLURM_PROCID");
+      if (lr && strcmp(lr, "0") != 0) return CF_EXIT_UNAVAILABLE;
+      return cf_unavailable(&o, "the mpi launcher could not start (see the messages above)");
+    }
   } else {
     for (int k = 0; k < nplans && !fatal; k++) {
       if (!plans[k].nrun) continue;
@@ -396,6 +419,7 @@ int main(int argc, char **argv) {
 
   /* Capability skips become results; --strict turns every skip into a failure. */
   int any_fail = 0;
+  long nran = 0; /* cases that passed or failed: something was actually checked */
   for (int k = 0; k < nplans; k++) {
     cf_plan_t *p = &plans[k];
     if (p->world_error[0]) any_fail = 1;
@@ -414,6 +438,7 @@ int main(int argc, char **argv) {
         snprintf(res->msg, sizeof res->msg, "skipped under --strict: %s", tmp);
       }
       if (res->status == CF_FAIL || res->status == CF_NONE) any_fail = 1;
+      if (res->status == CF_FAIL || res->status == CF_PASS) nran++;
     }
   }
   cf_report_text(&o, &info, plans, nplans);
@@ -428,5 +453,11 @@ int main(int argc, char **argv) {
   fflush(stdout);
   if (fatal) _exit(1); /* ranks stuck in the library: do not wait for them */
   for (int k = 0; k < nplans; k++) cf_plan_free(&plans[k]);
-  return any_fail ? 1 : 0;
+  if (any_fail) return CF_EXIT_FAIL;
+  if (nran == 0) {
+    fprintf(stderr, "unilink-conformance: nothing ran: every selected case was skipped or none "
+            "was selected (exit %d)\n", CF_EXIT_NOTHING_RAN);
+    return CF_EXIT_NOTHING_RAN;
+  }
+  return CF_EXIT_PASS;
 }

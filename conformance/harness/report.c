@@ -37,9 +37,15 @@ static const char *cf_status_word(cf_status_t s) {
   }
 }
 
+const char *cf_launcher_name(cf_launcher_t l) {
+  static const char *names[] = {"thread", "process", "mpi"};
+  return (l >= 0 && l <= CF_LAUNCH_MPI) ? names[l] : "unknown";
+}
+
 /* Matrix rows in a fixed order. */
 static const char *cf_rows[] = {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
                                 "alltoall", "gather", "scatter", "barrier", "sendrecv",
+                                "alltoallv", "allgatherv",
                                 "onesided", "split", "streams", "errors"};
 #define CF_NROWS ((int)(sizeof(cf_rows) / sizeof(cf_rows[0])))
 #define CF_NCOLS (UL_DTYPE_COUNT + 1)
@@ -80,10 +86,9 @@ void cf_report_text(const cf_opts_t *o, const ul_backend_info_t *info, cf_plan_t
                     int nplans) {
   cf_tally_t t;
   cf_tally(plans, nplans, &t);
-  static const char *lnames[] = {"thread", "process", "mpi"};
   printf("unilink-conformance %s: backend %s (%s%s%s), launcher %s, ranks", ul_version_string(),
          info->name ? info->name : o->backend, info->origin[0] ? info->origin : "?",
-         info->version[0] ? ", " : "", info->version, lnames[o->launcher]);
+         info->version[0] ? ", " : "", info->version, cf_launcher_name(o->launcher));
   for (int k = 0; k < nplans; k++) printf("%s%d", k ? "," : " ", plans[k].nranks);
   printf(", seed %llu%s%s\n", (unsigned long long)o->seed, o->quick ? ", quick" : "",
          o->strict ? ", strict" : "");
@@ -195,7 +200,6 @@ int cf_report_json(const char *path, const cf_opts_t *o, const ul_backend_info_t
   if (!f) return -1;
   cf_tally_t t;
   cf_tally(plans, nplans, &t);
-  static const char *lnames[] = {"thread", "process", "mpi"};
   fprintf(f, "{\n  \"tool\": \"unilink-conformance\",\n  \"version\": ");
   cf_json_str(f, ul_version_string());
   fprintf(f, ",\n  \"backend\": ");
@@ -203,7 +207,7 @@ int cf_report_json(const char *path, const cf_opts_t *o, const ul_backend_info_t
   fprintf(f, ",\n  \"backend_origin\": ");
   cf_json_str(f, info->origin);
   fprintf(f, ",\n  \"launcher\": \"%s\",\n  \"seed\": %llu,\n  \"quick\": %s,\n  \"strict\": %s,\n",
-          lnames[o->launcher], (unsigned long long)o->seed, o->quick ? "true" : "false",
+          cf_launcher_name(o->launcher), (unsigned long long)o->seed, o->quick ? "true" : "false",
           o->strict ? "true" : "false");
   fprintf(f, "  \"ranks\": [");
   for (int k = 0; k < nplans; k++) fprintf(f, "%s%d", k ? ", " : "", plans[k].nranks);
@@ -281,6 +285,35 @@ static void cf_xml_str(FILE *f, const char *s) {
   }
 }
 
+/* The run's settings, repeated in every suite: junit-10 has properties per suite only, and
+ * a merged file must still say which seed, launcher and backend produced each suite. */
+static void cf_junit_properties(FILE *f, const cf_opts_t *o, const char *bname,
+                                const char *origin) {
+  char seed[32];
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+  const char *kv[][2] = {{"seed", seed},
+                         {"launcher", cf_launcher_name(o->launcher)},
+                         {"backend", bname},
+                         {"backend_origin", origin ? origin : ""},
+                         {"version", ul_version_string()},
+                         {"quick", o->quick ? "true" : "false"},
+                         {"strict", o->strict ? "true" : "false"}};
+  fprintf(f, "    <properties>\n");
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+    fprintf(f, "      <property name=\"%s\" value=\"", kv[i][0]);
+    cf_xml_str(f, kv[i][1]);
+    fprintf(f, "\"/>\n");
+  }
+  fprintf(f, "    </properties>\n");
+}
+
+/* "conformance.<backend>.<launcher>.<row>": thread and process runs of one backend stay
+ * apart when CI merges their files. */
+static void cf_junit_suite_id(FILE *f, const char *bname, const cf_opts_t *o, const char *row) {
+  cf_xml_str(f, bname);
+  fprintf(f, ".%s.%s", cf_launcher_name(o->launcher), row);
+}
+
 int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_t *info,
                     cf_plan_t *plans, int nplans) {
   FILE *f = fopen(path, "w");
@@ -289,10 +322,10 @@ int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_
   cf_tally(plans, nplans, &t);
   const char *bname = info->name ? info->name : o->backend;
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  /* junit-10 allows no skipped count on <testsuites>; each <testsuite> carries its own. */
   fprintf(f, "<testsuites name=\"unilink-conformance\" tests=\"%ld\" failures=\"%ld\" "
-          "errors=\"%ld\" skipped=\"%ld\" time=\"%.3f\">\n",
-          t.total[0] + t.total[1] + t.total[2] + t.total[3], t.total[1], t.total[3], t.total[2],
-          t.seconds);
+          "errors=\"%ld\" time=\"%.3f\">\n",
+          t.total[0] + t.total[1] + t.total[2] + t.total[3], t.total[1], t.total[3], t.seconds);
   for (int row = 0; row < CF_NROWS; row++) {
     long n[4] = {0};
     double secs = 0;
@@ -304,17 +337,18 @@ int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_
         if (plans[k].insts[i].selected && cf_row_index(plans[k].insts[i].row) == row)
           secs += plans[k].res[i].ms / 1000.0;
     fprintf(f, "  <testsuite name=\"conformance.");
-    cf_xml_str(f, bname);
-    fprintf(f, ".%s\" tests=\"%ld\" failures=\"%ld\" errors=\"%ld\" skipped=\"%ld\" "
-            "time=\"%.3f\">\n", cf_rows[row], n[0] + n[1] + n[2] + n[3], n[1], n[3], n[2], secs);
+    cf_junit_suite_id(f, bname, o, cf_rows[row]);
+    fprintf(f, "\" tests=\"%ld\" failures=\"%ld\" errors=\"%ld\" skipped=\"%ld\" "
+            "time=\"%.3f\">\n", n[0] + n[1] + n[2] + n[3], n[1], n[3], n[2], secs);
+    cf_junit_properties(f, o, bname, info->origin);
     for (int k = 0; k < nplans; k++)
       for (int i = 0; i < plans[k].ninst; i++) {
         cf_inst_t *in = &plans[k].insts[i];
         cf_result_t *r = &plans[k].res[i];
         if (!in->selected || cf_row_index(in->row) != row) continue;
         fprintf(f, "    <testcase classname=\"");
-        cf_xml_str(f, bname);
-        fprintf(f, ".%s\" name=\"", cf_rows[row]);
+        cf_junit_suite_id(f, bname, o, cf_rows[row]);
+        fprintf(f, "\" name=\"");
         cf_xml_str(f, in->name);
         fprintf(f, "\" time=\"%.3f\"", r->ms / 1000.0);
         if (r->status == CF_PASS) {
@@ -329,7 +363,7 @@ int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_
           fprintf(f, "\"/>\n    </testcase>\n");
           continue;
         }
-        fprintf(f, "\">");
+        fprintf(f, "\" type=\"%s\">", r->status == CF_FAIL ? "wrong-result" : "not-run");
         cf_xml_str(f, r->status == CF_NONE ? "not run: the run was aborted before this case"
                                            : r->msg);
         fprintf(f, "</%s>\n    </testcase>\n", tag);
@@ -337,5 +371,29 @@ int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_
     fprintf(f, "  </testsuite>\n");
   }
   fprintf(f, "</testsuites>\n");
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+/* A backend that cannot run still leaves a report: CI then shows one error, not a missing
+ * file (which most JUnit consumers treat as "no tests", i.e. green). */
+int cf_report_junit_unavailable(const char *path, const cf_opts_t *o, const char *why) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  const char *bname = o->backend ? o->backend : "auto";
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+             "<testsuites name=\"unilink-conformance\" tests=\"1\" failures=\"0\" errors=\"1\" "
+             "time=\"0.000\">\n  <testsuite name=\"conformance.");
+  cf_junit_suite_id(f, bname, o, "backend");
+  fprintf(f, "\" tests=\"1\" failures=\"0\" errors=\"1\" skipped=\"0\" time=\"0.000\">\n");
+  cf_junit_properties(f, o, bname, "");
+  fprintf(f, "    <testcase classname=\"");
+  cf_junit_suite_id(f, bname, o, "backend");
+  fprintf(f, "\" name=\"available\" time=\"0.000\">\n      <error message=\"");
+  cf_xml_str(f, why);
+  fprintf(f, "\" type=\"backend-unavailable\">backend ");
+  cf_xml_str(f, bname);
+  fprintf(f, " is unavailable: ");
+  cf_xml_str(f, why);
+  fprintf(f, "</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n");
   return fclose(f) == 0 ? 0 : -1;
 }

@@ -59,6 +59,9 @@ int cf_report_json(const char *path, const cf_opts_t *o, const ul_backend_info_t
                    cf_plan_t *plans, int nplans);
 int cf_report_junit(const char *path, const cf_opts_t *o, const ul_backend_info_t *info,
                     cf_plan_t *plans, int nplans);
+/* One error case when the backend cannot run at all (unknown or unavailable). */
+int cf_report_junit_unavailable(const char *path, const cf_opts_t *o, const char *why);
+const char *cf_launcher_name(cf_launcher_t l);
 
 /* Run one instance on one rank (cases.c dispatcher lives in launch.c). */
 extern _Thread_local const char *cf_current_case;

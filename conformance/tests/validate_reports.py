@@ -8,6 +8,9 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import junit10  # noqa: E402
+
 
 def main():
     exe, work = sys.argv[1], sys.argv[2]
@@ -16,6 +19,47 @@ def main():
     # again with the core's test-only fault switch (a no-op in builds without test hooks),
     # so failure elements with their messages are validated too
     check(exe, work, {"UNILINK_FAULT": "allreduce:offbyone"})
+    check_checker(work)
+    check_unavailable(exe, work)
+    check_nothing_ran(exe, work)
+
+
+def check_checker(work):
+    """The junit-10 checker rejects what the Jenkins schema rejects."""
+    bad = os.path.join(work, "bad.xml")
+    with open(bad, "w") as f:
+        f.write('<testsuites skipped="1"><testsuite name="s" tests="1">'
+                '<testcase name="c"/><properties/></testsuite></testsuites>')
+    errs = junit10.check(bad)
+    assert any("'skipped'" in e for e in errs), errs
+    assert any("out of order" in e for e in errs), errs
+
+
+def check_unavailable(exe, work):
+    """An unknown backend exits 3 and still leaves a JUnit file with one error case."""
+    xpath = os.path.join(work, "unavail.xml")
+    if os.path.exists(xpath):
+        os.remove(xpath)
+    run = subprocess.run([exe, "--backend", "no-such-backend", "--junit", xpath],
+                         capture_output=True, text=True)
+    assert run.returncode == 3, (run.returncode, run.stderr)
+    assert junit10.check(xpath) == [], junit10.check(xpath)
+    root = ET.parse(xpath).getroot()
+    tcs = root.findall("./testsuite/testcase")
+    assert len(tcs) == 1 and tcs[0].find("error") is not None, ET.tostring(root)
+    assert "no-such-backend" in tcs[0].find("error").text
+    print("unavailable backend: exit 3, one error case")
+
+
+def check_nothing_ran(exe, work):
+    """A run in which every case is skipped (or none selected) exits 4, not 0."""
+    xpath = os.path.join(work, "none.xml")
+    run = subprocess.run([exe, "--backend", "host", "--ranks", "2", "--filter", "no-such-case",
+                          "--junit", xpath], capture_output=True, text=True)
+    assert run.returncode == 4, (run.returncode, run.stderr)
+    assert "nothing ran" in run.stderr, run.stderr
+    assert junit10.check(xpath) == [], junit10.check(xpath)
+    print("nothing ran: exit 4")
 
 
 def check(exe, work, extra_env):
@@ -51,6 +95,8 @@ def check(exe, work, extra_env):
     assert mtotal == s["total"], (mtotal, s)
     assert (run.returncode == 1) == (s["fail"] + s["notrun"] > 0)
 
+    problems = junit10.check(xpath)
+    assert not problems, "\n".join(problems[:20])
     root = ET.parse(xpath).getroot()
     assert root.tag == "testsuites"
     tcs = root.findall("./testsuite/testcase")
@@ -59,12 +105,17 @@ def check(exe, work, extra_env):
     skips = sum(1 for t in tcs if t.find("skipped") is not None)
     errs = sum(1 for t in tcs if t.find("error") is not None)
     assert fails == s["fail"] == int(root.get("failures")), (fails, s)
-    assert skips == s["skip"] == int(root.get("skipped")), (skips, s)
+    assert skips == s["skip"] == sum(int(ts.get("skipped")) for ts in root.findall("testsuite"))
     assert errs == s["notrun"] == int(root.get("errors"))
     for ts in root.findall("testsuite"):
         assert int(ts.get("tests")) == len(ts.findall("testcase"))
         assert int(ts.get("failures")) == len(ts.findall("testcase/failure"))
         assert int(ts.get("skipped")) == len(ts.findall("testcase/skipped"))
+        # launcher in the suite name: merged thread and process files do not collide
+        assert ts.get("name").startswith("conformance.host.thread."), ts.get("name")
+        props = {p.get("name"): p.get("value") for p in ts.findall("properties/property")}
+        assert props.get("seed") == "1" and props.get("launcher") == "thread", props
+        assert props.get("backend") == "host" and props.get("version"), props
     assert sorted(t.get("name") for t in tcs) == sorted(names)
     for t in tcs:
         for tag in ("failure", "skipped"):

@@ -1,5 +1,9 @@
 # Installs the build into a scratch prefix, then builds and runs a consumer project
-# through find_package(unilink), and one through pkg-config.
+# through find_package(unilink), and one through pkg-config, then runs the installed
+# tools (unilink-info, unilink-bench, unilink-conformance) with no LD_LIBRARY_PATH and no
+# UNILINK_PLUGIN_PATH, from the prefix and from a copy of it elsewhere ($ORIGIN RPATH).
+# -DHOOKS=ON|OFF is this build's UNILINK_TEST_HOOKS: the installed library must honour
+# UNILINK_FAULT exactly when it is ON.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE rc OUTPUT_QUIET)
@@ -33,3 +37,66 @@ if(rc)
   message(FATAL_ERROR "pkg-config build failed: ${out}")
 endif()
 message(STATUS "find_package and pkg-config consumers built against ${prefix}")
+
+# --- installed tools start on their own ---------------------------------------
+# run_installed(<name> <exe-relative-to-prefix> args...): runs with a clean environment.
+set(_clean ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH --unset=UNILINK_PLUGIN_PATH
+    --unset=UNILINK_BACKEND --unset=UNILINK_FAULT)
+function(run_installed root want_rc exe)
+  execute_process(COMMAND ${_clean} ${root}/bin/${exe} ${ARGN}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc STREQUAL "${want_rc}")
+    message(FATAL_ERROR "installed ${exe} ${ARGN} exited ${rc} (want ${want_rc}):\n${out}\n${err}")
+  endif()
+  set(last_out "${out}" PARENT_SCOPE)
+endfunction()
+
+find_program(READELF readelf)
+if(READELF)
+  file(GLOB _elves ${prefix}/bin/unilink-* ${prefix}/lib*/libunilink-*.so ${prefix}/lib/*/libunilink-*.so)
+  foreach(e IN LISTS _elves)
+    execute_process(COMMAND ${READELF} -d ${e} OUTPUT_VARIABLE dyn)
+    if(dyn MATCHES "NEEDED.*libunilink.so" AND NOT dyn MATCHES "R(UN)?PATH[^\n]*\\$ORIGIN")
+      message(FATAL_ERROR "${e} needs libunilink but has no $ORIGIN RPATH:\n${dyn}")
+    endif()
+  endforeach()
+endif()
+
+file(COPY ${prefix}/ DESTINATION ${WORK}/moved)
+foreach(root ${prefix} ${WORK}/moved)
+  run_installed(${root} 0 unilink-info)
+  if(NOT last_out MATCHES "host +available")
+    message(FATAL_ERROR "installed unilink-info does not list host as available:\n${last_out}")
+  endif()
+endforeach()
+run_installed(${prefix} 0 unilink-info --build --json)
+string(JSON _hooks GET "${last_out}" build test_hooks)
+string(TOLOWER "${HOOKS}" _want)
+if(_want MATCHES "^(1|on|yes|true)$")
+  set(_want on)
+else()
+  set(_want off)
+endif()
+if(NOT _hooks STREQUAL _want)
+  message(FATAL_ERROR "installed library reports test_hooks=${_hooks}, build has ${_want}")
+endif()
+run_installed(${prefix} 0 unilink-bench allreduce -b 8 -e 64 -f 2 -t 2 -n 2 -w 1 --backend host)
+if(NOT last_out MATCHES "# Avg bus bandwidth")
+  message(FATAL_ERROR "installed unilink-bench printed no result:\n${last_out}")
+endif()
+set(_cf --backend host --launcher thread --ranks 2 --quick --filter "allreduce/int32/sum/*")
+run_installed(${prefix} 0 unilink-conformance ${_cf})
+# The fault switch: honoured only by a test-hooks build, ignored by the installed default.
+if(_want STREQUAL "on")
+  set(_fault_rc 1)
+else()
+  set(_fault_rc 0)
+endif()
+execute_process(COMMAND ${_clean} UNILINK_FAULT=allreduce:offbyone ${prefix}/bin/unilink-conformance ${_cf}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL _fault_rc)
+  message(FATAL_ERROR "installed library with test_hooks=${_want} and UNILINK_FAULT set: "
+          "conformance exited ${rc}, want ${_fault_rc}:\n${out}${err}")
+endif()
+message(STATUS "installed unilink-info, unilink-bench and unilink-conformance run without "
+        "LD_LIBRARY_PATH (test_hooks=${_want}, UNILINK_FAULT exit ${rc})")
