@@ -5,7 +5,9 @@
  *      send/recv around a ring, checked exactly, several rounds;
  *   2. a rank that never calls: the others get UL_ERR_TIMEOUT, then sticky errors;
  *   3. ul_comm_abort from a second thread releases a blocked allreduce;
- *   4. check mode: a count mismatch gives UL_ERR_MISMATCH on every rank.
+ *   4. check mode: a count mismatch gives UL_ERR_MISMATCH on every rank;
+ *   5. two threads abort one communicator at once while its rank is blocked in a call
+ *      and a third thread waits in ul_stream_synchronize on queued work (issue 16).
  * Exit 0 when every check passed; TSan exits 66 by itself on a data race report.
  * Usage: reliability_tsan_driver [ranks (default 4)] */
 #define _GNU_SOURCE
@@ -107,6 +109,7 @@ static void *rank_main(void *p) {
     }
     break;
   case 3:
+  case 5:
     __atomic_store_n(&a->comm, c, __ATOMIC_RELEASE); /* rank 0: aborted by main while blocked */
     if (a->rank == 0) {
       rc = ul_allreduce(x, x, 8, UL_INT32, UL_SUM, c, NULL);
@@ -124,6 +127,19 @@ static void *rank_main(void *p) {
   }
   }
   ul_comm_destroy(c);
+  return NULL;
+}
+
+typedef struct race_arg {
+  ul_comm_t comm;
+  ul_stream_t stream;
+  int abort; /* 1: ul_comm_abort, 0: ul_stream_synchronize */
+  ul_result_t rc;
+} race_arg_t;
+
+static void *race_main(void *p) {
+  race_arg_t *r = p;
+  r->rc = r->abort ? ul_comm_abort(r->comm) : ul_stream_synchronize(r->stream);
   return NULL;
 }
 
@@ -153,6 +169,23 @@ static void run(int n, int scenario, int timeout_ms, int check) {
     pthread_join(th[0], NULL);
     EXPECT(now_ms() - t0 < 500, "abort released the call after %.0f ms", now_ms() - t0);
     for (int i = 1; i < n; i++) ul_comm_destroy(a[i].comm);
+  } else if (scenario == 5) {
+    for (int i = 1; i < n; i++) pthread_join(th[i], NULL);
+    while (!__atomic_load_n(&a[0].comm, __ATOMIC_ACQUIRE)) sleep_ms(1);
+    ul_stream_t st = NULL;
+    EXPECT(ul_stream_create(a[0].comm, &st) == UL_OK, "stream: %s", ul_last_error());
+    static int32_t q[4][64];
+    for (int k = 0; k < 4 && st; k++) ul_allreduce(q[k], q[k], 64, UL_INT32, UL_SUM, a[0].comm, st);
+    sleep_ms(100);
+    pthread_t w[3];
+    race_arg_t ra[3] = {{a[0].comm, st, 0, 0}, {a[0].comm, st, 1, 0}, {a[0].comm, st, 1, 0}};
+    for (int i = 0; i < 3; i++) pthread_create(&w[i], NULL, race_main, &ra[i]);
+    for (int i = 0; i < 3; i++) pthread_join(w[i], NULL);
+    pthread_join(th[0], NULL);
+    EXPECT(ra[0].rc != UL_OK, "stream synchronize of aborted work returned UL_OK");
+    EXPECT(ra[1].rc == UL_OK || ra[2].rc == UL_OK, "neither abort returned UL_OK");
+    if (st) EXPECT(ul_stream_destroy(st) == UL_OK, "stream destroy after abort");
+    for (int i = 1; i < n; i++) ul_comm_destroy(a[i].comm);
   } else {
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
   }
@@ -174,5 +207,7 @@ int main(int argc, char **argv) {
   printf("abort: %s\n", failures ? "FAILED" : "ok");
   run(n, 4, 60000, 1);
   printf("check mode: %s\n", failures ? "FAILED" : "ok");
+  for (int rep = 0; rep < 5; rep++) run(2, 5, 60000, 0);
+  printf("racing aborts: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
 }

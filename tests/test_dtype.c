@@ -319,7 +319,7 @@ Test(dtype, op_and_coll_names, .timeout = 10) {
 
   const char *colls[UL_COLL_COUNT] = {"allreduce", "broadcast", "reduce",  "allgather",
                                       "reduce_scatter", "alltoall", "gather", "scatter",
-                                      "barrier", "sendrecv"};
+                                      "barrier", "sendrecv", "alltoallv", "allgatherv"};
   for (int c = 0; c < UL_COLL_COUNT; c++) cr_assert_str_eq(ul_coll_name((ul_coll_t)c), colls[c]);
   cr_assert_null(ul_coll_name(UL_COLL_COUNT));
   cr_assert_null(ul_coll_name((ul_coll_t)-1));

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../backends/sim/sim_model.h"
+#include "../model/ul_model.h"
 
 static ulsim_catalog_t cat;
 static char err[1024];

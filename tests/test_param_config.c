@@ -177,9 +177,6 @@ Test(param, core_parameters_listed_with_help, .timeout = 10) {
       {"UNILINK_CHECK", "0"},          {"UNILINK_DEBUG", "warn"},
       {"UNILINK_DEBUG_SUBSYS", "ALL"}, {"UNILINK_DEBUG_FILE", ""},
       {"UNILINK_PLUGIN_PATH", ""},     {"UNILINK_ALGO", ""},
-#ifdef UNILINK_TEST_HOOKS
-      {"UNILINK_FAULT", ""},
-#endif
   };
   ul_param_info_t info;
   for (size_t i = 0; i < sizeof core / sizeof core[0]; i++) {
@@ -194,6 +191,41 @@ Test(param, core_parameters_listed_with_help, .timeout = 10) {
   find_param("UNILINK_TIMEOUT_MS", &info);
   cr_assert_str_eq(info.value, "");
   cr_assert_eq(log_count("WARN"), 0); /* listing never warns */
+}
+
+/* param_list.h is the one definition: every entry is listed before any backend reads it,
+ * its integer defaults parse, and a caller's own default or help does not count. */
+Test(param, table_is_the_one_definition, .timeout = 10) {
+  static const struct { const char *name, *type, *def; } table[] = {
+#define ROW(n, t, d, o, h) {"UNILINK_" #n, #t, d},
+      UL_PARAM_LIST(ROW)
+#undef ROW
+  };
+  ul_param_info_t info;
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    int idx = find_param(table[i].name, &info);
+    if (strcmp(table[i].name, "UNILINK_FAULT") == 0) { /* only where it is compiled in */
+      cr_assert_eq(idx >= 0, ul__test_hooks_built() == 1, "FAULT listing vs test hooks");
+      continue;
+    }
+    cr_assert_geq(idx, 0, "%s not listed", table[i].name);
+    cr_assert_str_eq(info.default_value, table[i].def, "%s", table[i].name);
+    const char *type = NULL, *owner = NULL;
+    cr_assert_eq(ul_param_kind(idx, &type, &owner), UL_OK);
+    cr_assert_str_eq(type, strcmp(table[i].type, "INT") == 0 ? "int" : "string");
+    cr_assert_neq(strcmp(owner, "other"), 0, "%s has no owner", table[i].name);
+    if (strcmp(table[i].type, "INT") == 0) {
+      int64_t v;
+      cr_assert_eq(ul__parse_int(table[i].def, &v, NULL, 0), UL_OK, "%s", table[i].name);
+    }
+  }
+  /* a caller passing another default gets the table's */
+  unsetenv("UNILINK_CHUNK_BYTES");
+  cr_assert_eq(ul__param_int("CHUNK_BYTES", 7, "stale help"), 262144);
+  cr_assert_eq(ul_backend_param_int("MPI_CHUNK", 5, NULL), 2147483647);
+  cr_assert_str_eq(ul_backend_param_str("SIM_TOPOLOGY", "other", NULL), "dgx-h100");
+  cr_assert_eq(ul__param_get_int(UL__P_TIMEOUT_MS), 300000);
+  cr_assert_eq(ul_param_kind(-1, NULL, NULL), UL_ERR_INVALID_ARG);
 }
 
 Test(param, backend_params_are_listed, .timeout = 10) {

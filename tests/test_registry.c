@@ -65,8 +65,8 @@ Test(registry, good_plugin_is_loaded, .timeout = 20) {
   cr_assert_str_eq(info.origin, real);
   cr_assert_str_eq(info.version, "testgood 1.2.3");
   cr_assert_eq(info.features, UL_FEATURE_THREAD_RANKS | UL_FEATURE_GENERIC_COLL | UL_FEATURE_P2P);
-  /* Generic layer: all nine collectives, plus send/recv from P2P. */
-  cr_assert_eq(info.collectives, 0x3ffu);
+  /* Generic layer: all nine collectives and the two vector ones, plus send/recv from P2P. */
+  cr_assert_eq(info.collectives, 0xfffu);
   cr_assert_eq(info.dtypes, (1u << UL_INT32) | (1u << UL_FP32));
   cr_assert_eq(info.reduce_dtypes, 1u << UL_FP32);
   cr_assert_eq(info.ops, (1u << UL_SUM) | (1u << UL_MAX));

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../backends/sim/sim_model.h"
+#include "../model/ul_model.h"
 #include "ul_core.h"
 
 /* ============================================================ UNILINK_* ints */

@@ -80,10 +80,7 @@ static const char *algo_override(ul_coll_t coll) {
    * the core parameters, so unilink-info lists it anyway). */
   const char *raw = getenv("UNILINK_ALGO");
   if (!raw || !raw[0]) return NULL;
-  const char *spec = ul__param_str("ALGO", "",
-                                   "force algorithms: <collective>:<algorithm>[,...]; "
-                                   "algorithm is native, direct, ring, oneshot, tree, "
-                                   "pairwise, linear or signal");
+  const char *spec = ul__param_get_str(UL__P_ALGO);
   if (!spec || !spec[0]) return NULL;
   const char *name = ul_coll_name(coll);
   size_t nl = strlen(name);
@@ -100,30 +97,6 @@ static const char *algo_override(ul_coll_t coll) {
   }
   return NULL;
 }
-
-#ifdef UNILINK_TEST_HOOKS
-/* Test-only fault switch: UNILINK_FAULT=<collective>:offbyone adds 1 to element 0 of
- * rank 0's result, so the conformance suite can prove it catches wrong results. */
-static void maybe_inject_fault(ul_comm_t c, const ul__coll_args_t *a) {
-  /* Read once: the fault is chosen when the test process starts, and a getenv per call
-   * would cost every collective ~100 ns. */
-  static int fault_set = -1;
-  int set = __atomic_load_n(&fault_set, __ATOMIC_RELAXED);
-  if (set < 0) {
-    const char *e = getenv("UNILINK_FAULT");
-    set = e && e[0];
-    __atomic_store_n(&fault_set, set, __ATOMIC_RELAXED);
-  }
-  if (!set || c->rank != 0 || a->count == 0 || a->recvbuf == NULL) return;
-  if (!(c->backend->caps.flags & UL_BACKEND_HOST_MEMORY)) return;
-  const char *f = ul__param_str("FAULT", "", "test builds only: <collective>:offbyone");
-  char want[48];
-  snprintf(want, sizeof want, "%s:offbyone", ul_coll_name(a->coll));
-  if (strcmp(f, want) != 0) return;
-  double v = ul_value_load(a->dtype, a->recvbuf);
-  ul_value_store(a->dtype, a->recvbuf, v + 1.0);
-}
-#endif
 
 /* --------------------------------------------------------- check mode */
 
@@ -146,6 +119,7 @@ static ul_result_t check_args(ul_comm_t c, const ul__coll_args_t *a, ul_backend_
       a->coll != UL_COLL_SCATTER)
     mine.root = -1;
   if (a->coll == UL_COLL_BARRIER) mine.dtype = -1, mine.count = 0;
+  if (ul__is_vcoll(a->coll)) mine.count = 0; /* counts differ per rank by design */
   check_rec_t *all = calloc((size_t)n, sizeof *all);
   if (!all) return ul__comm_set_error(c, UL_ERR_NO_MEMORY, "check mode: out of memory");
   ul_result_t rc = ul__exchange(c, &mine, all, sizeof mine, bs, 1);
@@ -229,6 +203,16 @@ static ul_result_t native_coll(ul_comm_t c, const ul__coll_args_t *a, ul_backend
     case UL_COLL_BARRIER:
       if (k->barrier) return k->barrier(b, bs);
       break;
+    case UL_COLL_ALLTOALLV:
+      if (k->alltoallv)
+        return k->alltoallv(b, a->sendbuf, a->scounts, a->sdispls, a->recvbuf, a->rcounts,
+                            a->rdispls, a->dtype, bs);
+      break;
+    case UL_COLL_ALLGATHERV:
+      if (k->allgatherv)
+        return k->allgatherv(b, a->sendbuf, a->count, a->recvbuf, a->rcounts, a->rdispls,
+                             a->dtype, bs);
+      break;
     default: break;
   }
   *handled = 0;
@@ -247,6 +231,8 @@ static int has_native(ul_comm_t c, ul_coll_t coll) {
     case UL_COLL_GATHER: return k->gather != NULL;
     case UL_COLL_SCATTER: return k->scatter != NULL;
     case UL_COLL_BARRIER: return k->barrier != NULL;
+    case UL_COLL_ALLTOALLV: return k->alltoallv != NULL;
+    case UL_COLL_ALLGATHERV: return k->allgatherv != NULL;
     default: return 0;
   }
 }
@@ -307,8 +293,8 @@ static ul_result_t exchange_staged(ul_comm_t c, const void *mine, void *all, siz
   }
   char *scratch = c->xchg_buf;
   UL_CHECK(o->mem_copy(c->bcomm, scratch + (size_t)c->rank * bytes, mine, bytes, bs));
-  ul__coll_args_t ag = {UL_COLL_ALLGATHER, scratch + (size_t)c->rank * bytes, scratch, bytes,
-                        UL_UINT8, UL_SUM, 0, 0};
+  ul__coll_args_t ag = UL__COLL_ARGS(UL_COLL_ALLGATHER, scratch + (size_t)c->rank * bytes, scratch, bytes,
+                        UL_UINT8, UL_SUM, 0, 0);
   UL_CHECK(run_coll_now(c, &ag, bs, info));
   return o->mem_copy(c->bcomm, all, scratch, total, bs);
 }
@@ -328,7 +314,7 @@ ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
     }
   }
   if (c->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
-    ul__coll_args_t ag = {UL_COLL_ALLGATHER, mine, all, bytes, UL_UINT8, UL_SUM, 0, 0};
+    ul__coll_args_t ag = UL__COLL_ARGS(UL_COLL_ALLGATHER, mine, all, bytes, UL_UINT8, UL_SUM, 0, 0);
     rc = run_coll_now(c, &ag, bs, &info);
   } else {
     rc = exchange_staged(c, mine, all, bytes, bs, &info);
@@ -382,7 +368,8 @@ static ul_result_t execute_coll(coll_task_t *t) {
   ul_call_info_t info;
   call_info_init(c, seq, t->args.coll, &info);
   size_t es = t->args.coll == UL_COLL_BARRIER ? 0 : ul_dtype_size(t->args.dtype);
-  info.bytes = t->args.count * es;
+  info.bytes = (ul__is_vcoll(t->args.coll) ? ul__vcoll_max_block(&t->args, c->nranks)
+                                            : t->args.count) * es;
   if (c->sticky != UL_OK) {
     rc = c->sticky;
     ul__comm_set_error(c, rc, "%s #%llu refused: the communicator is in error state (%s); abort "
@@ -393,9 +380,7 @@ static ul_result_t execute_coll(coll_task_t *t) {
   }
   if (c->config.check) rc = check_args(c, &t->args, t->bs);
   if (rc == UL_OK) rc = run_coll_now(c, &t->args, t->bs, &info);
-#ifdef UNILINK_TEST_HOOKS
-  if (rc == UL_OK) maybe_inject_fault(c, &t->args);
-#endif
+  if (rc == UL_OK) ul__fault_after_coll(c, &t->args); /* no-op outside test builds */
   if (rc == UL_OK) {
     UL_TRACE("COLL", "%s #%llu %zu B on %s: %s (%s)", ul_coll_name(t->args.coll),
              (unsigned long long)seq, info.bytes, info.backend, info.algorithm, info.reason);
@@ -409,6 +394,7 @@ static ul_result_t coll_task_fn(void *arg) {
   __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
   ul_result_t rc = execute_coll(t);
   __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  free(t->args.vblock);
   return rc;
 }
 
@@ -522,13 +508,19 @@ static ul_result_t execute_batch(batch_task_t *t) {
   return finish_call(c, rc, &info);
 }
 
+/* Free items and the count copies of the v-collectives among them. */
+static void items_free(group_item_t *items, int n, int free_array) {
+  for (int i = 0; i < n; i++) free(items[i].args.vblock);
+  if (free_array) free(items);
+}
+
 static ul_result_t batch_task_fn(void *arg) {
   batch_task_t *t = arg;
   ul_comm_t c = t->comm;
   __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
   ul_result_t rc = execute_batch(t);
   __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-  free(t->items);
+  items_free(t->items, t->n, 1);
   return rc;
 }
 
@@ -544,7 +536,7 @@ static ul_backend_stream_t *bstream_of(ul_stream_t s) { return s ? s->bstream : 
 static ul_result_t submit_batch(batch_task_t *t, ul_stream_t stream) {
   if (stream && stream->host) {
     ul_result_t rc = ul__host_stream_enqueue(stream->host, batch_task_fn, t, sizeof *t);
-    if (rc != UL_OK) free(t->items);
+    if (rc != UL_OK) items_free(t->items, t->n, 1);
     return rc;
   }
   return batch_task_fn(t);
@@ -568,6 +560,7 @@ UL_API ul_result_t ul_group_end(void) {
   ul_result_t rc = group_error;
   int n = group_n;
   group_n = 0;
+  if (rc != UL_OK) items_free(group_items, n, 0);
   if (rc != UL_OK || n == 0) return rc;
   /* One batch per communicator (items keep their issue order within it). */
   int nb = 0;
@@ -577,8 +570,10 @@ UL_API ul_result_t ul_group_end(void) {
     for (k = 0; k < nb; k++)
       if (comms[k] == group_items[i].comm) break;
     if (k == nb) {
-      if (nb == 256)
+      if (nb == 256) {
+        items_free(group_items, n, 0);
         return ul__set_thread_error(UL_ERR_INVALID_USAGE, "ul_group_end: more than 256 communicators in one group");
+      }
       comms[nb++] = group_items[i].comm;
     }
   }
@@ -586,6 +581,7 @@ UL_API ul_result_t ul_group_end(void) {
   ul_stream_t *streams = calloc((size_t)nb, sizeof *streams);
   pthread_t *th = calloc((size_t)nb, sizeof *th);
   if (!tasks || !streams || !th) {
+    items_free(group_items, n, 0);
     free(tasks), free(streams), free(th);
     return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_group_end: out of memory");
   }
@@ -605,6 +601,7 @@ UL_API ul_result_t ul_group_end(void) {
         tasks[k].items[tasks[k].n++] = group_items[i];
       }
   if (rc != UL_OK) {
+    items_free(group_items, n, 0); /* the tasks' items are shallow copies */
     for (int k = 0; k < nb; k++) free(tasks[k].items);
     free(tasks), free(streams), free(th);
     return rc;
@@ -623,7 +620,7 @@ UL_API ul_result_t ul_group_end(void) {
     if (streams[k] && streams[k]->host) r = submit_batch(&tasks[k], streams[k]);
     else if (need_threads > 1) {
       r = pthread_create(&th[k], NULL, batch_thread, &tasks[k]) == 0 ? UL_OK : UL_ERR_SYSTEM;
-      if (r != UL_OK) free(tasks[k].items);
+      if (r != UL_OK) items_free(tasks[k].items, tasks[k].n, 1);
     } else
       r = submit_batch(&tasks[k], streams[k]);
     if (r != UL_OK && rc == UL_OK) rc = r;
@@ -641,23 +638,31 @@ UL_API ul_result_t ul_group_end(void) {
 
 /* ----------------------------------------------------------- entry points */
 
-static ul_result_t submit_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
+ul_result_t ul__submit_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
   UL_CHECK(ul__validate_coll(comm, a, stream));
+  ul__coll_args_t own = *a;
+  if (ul__is_vcoll(a->coll)) UL_CHECK(ul__vcoll_own(comm, &own));
   if (group_depth > 0) {
     group_item_t it;
     memset(&it, 0, sizeof it);
     it.is_coll = 1;
     it.comm = comm;
     it.stream = stream;
-    it.args = *a;
+    it.args = own;
     ul_result_t rc = group_append(&it);
-    if (rc != UL_OK) group_error = ul__comm_set_error(comm, rc, "group: too many operations");
+    if (rc != UL_OK) {
+      free(own.vblock);
+      group_error = ul__comm_set_error(comm, rc, "group: too many operations");
+    }
     return rc;
   }
-  coll_task_t t = {comm, *a, take_ticket(comm), bstream_of(stream)};
+  coll_task_t t = {comm, own, take_ticket(comm), bstream_of(stream)};
   if (stream && stream->host) {
     ul_result_t rc = ul__host_stream_enqueue(stream->host, coll_task_fn, &t, sizeof t);
-    if (rc != UL_OK) return ul__comm_set_error(comm, rc, "%s: cannot enqueue", ul_coll_name(a->coll));
+    if (rc != UL_OK) {
+      free(own.vblock);
+      return ul__comm_set_error(comm, rc, "%s: cannot enqueue", ul_coll_name(a->coll));
+    }
     return UL_OK;
   }
   return coll_task_fn(&t);
@@ -665,61 +670,61 @@ static ul_result_t submit_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stre
 
 UL_API ul_result_t ul_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                 ul_dtype_t dtype, ul_op_t op, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                                 ul_dtype_t dtype, int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_reduce(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                              ul_op_t op, int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                 ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, UL_SUM, 0, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, UL_SUM, 0, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                      ul_dtype_t dtype, ul_op_t op, ul_comm_t comm,
                                      ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_alltoall(const void *sendbuf, void *recvbuf, size_t count,
                                ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, UL_SUM, 0, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, UL_SUM, 0, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_gather(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                              int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_GATHER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_GATHER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_scatter(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                               int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 UL_API ul_result_t ul_barrier(ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_BARRIER, NULL, NULL, 0, UL_UINT8, UL_SUM, 0, 0};
-  return submit_coll(comm, &a, stream);
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_BARRIER, NULL, NULL, 0, UL_UINT8, UL_SUM, 0, 0);
+  return ul__submit_coll(comm, &a, stream);
 }
 
 static ul_result_t p2p_call(int is_send, void *buf, size_t count, ul_dtype_t dtype, int peer,
                             ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = {UL_COLL_SENDRECV, buf, NULL, count, dtype, UL_SUM, 0, peer};
+  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_SENDRECV, buf, NULL, count, dtype, UL_SUM, 0, peer);
   ul_result_t rc = ul__validate_coll(comm, &a, stream);
   if (rc != UL_OK) return rc; /* an argument error fails this call only, not the group */
   group_item_t it;
@@ -794,8 +799,8 @@ void ul__streams_release_all(ul_comm_t comm) {
   while (s) {
     ul_stream_t next = s->next;
     stream_release(s);
-    s->magic = UL__STREAM_ORPHAN;
-    s->comm = NULL;
+    __atomic_store_n(&s->magic, UL__STREAM_ORPHAN, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->comm, NULL, __ATOMIC_RELEASE);
     s = next;
   }
 }
@@ -851,23 +856,30 @@ UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream
   return UL_OK;
 }
 
-static int stream_valid(ul_stream_t s) { return s && s->magic == UL__STREAM_MAGIC; }
+/* atomic: an abort on another thread orphans the stream (magic) while this reads it */
+static int stream_valid(ul_stream_t s) {
+  return s && __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == UL__STREAM_MAGIC;
+}
 
 UL_API ul_result_t ul_stream_synchronize(ul_stream_t stream) {
   if (!stream_valid(stream))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_synchronize: stream is NULL or invalid");
-  ul_comm_t c = stream->comm;
+  ul_comm_t c = __atomic_load_n(&stream->comm, __ATOMIC_ACQUIRE);
+  /* In flight, so an abort racing this wait does not destroy the worker or the backend
+   * communicator under it; once an abort has begun the wait is refused. */
+  if (!ul__comm_enter(c))
+    return ul__set_thread_error(UL_ERR_ABORTED,
+                                "ul_stream_synchronize: the stream's communicator was aborted");
   if (stream->host) {
     ul_result_t rc = ul__host_stream_sync(stream->host, c->config.timeout_ms);
+    __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
     if (rc == UL_ERR_TIMEOUT)
       ul__comm_set_error(c, rc, "ul_stream_synchronize: work still running after %d ms",
                          c->config.timeout_ms);
     return rc;
   }
-  /* Counted as a call in flight, so ul_comm_abort from another thread does not free the
-   * backend communicator under this wait; a timeout or a backend's asynchronous error
-   * found here fails the communicator like one found inside a collective. */
-  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  /* A timeout or a backend's asynchronous error found here fails the communicator like
+   * one found inside a collective. */
   ul_result_t rc = c->backend->ops.stream_synchronize(stream->bstream, c->config.timeout_ms);
   if (fatal_error(rc)) c->sticky = rc;
   __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);

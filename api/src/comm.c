@@ -25,6 +25,77 @@ _Static_assert(sizeof(ul__id_layout_t) == UL_UNIQUE_ID_BYTES, "unique id layout"
 
 bool ul__comm_valid(ul_comm_t comm) { return comm != NULL && comm->magic == UL__COMM_MAGIC; }
 
+/* Live communicators and whether a teardown (abort/destroy) has claimed each: racing
+ * ul_comm_abort calls (a watchdog and the main thread) must not both free the handle.
+ * Only teardown consults it, so calls on the hot path pay nothing. */
+typedef struct live_comm {
+  ul_comm_t comm;
+  int claimed;
+} live_comm_t;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static live_comm_t *live;
+static size_t nlive, live_cap;
+
+static int live_add(ul_comm_t c) {
+  pthread_mutex_lock(&live_lock);
+  int ok = 1;
+  if (nlive == live_cap) {
+    size_t cap = live_cap ? 2 * live_cap : 16;
+    live_comm_t *n = realloc(live, cap * sizeof *n);
+    if (n) {
+      live = n;
+      live_cap = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok) live[nlive++] = (live_comm_t){c, 0};
+  pthread_mutex_unlock(&live_lock);
+  return ok;
+}
+
+static void live_remove(ul_comm_t c) {
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i].comm == c) {
+      live[i] = live[--nlive];
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* Claim c's teardown: 0 claimed by this caller, 1 another teardown has it (abort: the
+ * flag is raised here, under the lock, while c is certainly alive), -1 not live. */
+static int live_claim(ul_comm_t c, int raise_abort) {
+  int st = -1;
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i].comm == c) {
+      st = live[i].claimed ? 1 : 0;
+      live[i].claimed = 1;
+      if (raise_abort) __atomic_store_n(&c->abort_flag, 1, __ATOMIC_SEQ_CST);
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+  return st;
+}
+
+/* Enter a call that an abort must wait for (in_flight), unless a teardown has already
+ * claimed comm or freed it: decided under the registry lock, so it cannot interleave
+ * with the claim. The handle is not read before it is known to be live. */
+bool ul__comm_enter(ul_comm_t comm) {
+  bool ok = false;
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < nlive; i++)
+    if (live[i].comm == comm) {
+      ok = !live[i].claimed;
+      if (ok) __atomic_add_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST);
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+  return ok;
+}
+
 static void comm_lock(ul_comm_t c) { pthread_mutex_lock((pthread_mutex_t *)c->lock); }
 static void comm_unlock(ul_comm_t c) { pthread_mutex_unlock((pthread_mutex_t *)c->lock); }
 
@@ -32,12 +103,16 @@ static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *f
   char buf[512];
   ul__vformat_error(buf, sizeof buf, fmt, ap);
   if (!ul__comm_valid(comm)) return ul__set_thread_error(rc, "%s", buf);
+  /* Format into a local copy: another thread (a stream task) may set the next error on
+   * comm as soon as the lock is released. */
+  char full[sizeof comm->last_error];
+  snprintf(full, sizeof full, "rank %d/%d (%.24s): %.400s [%s]", comm->rank, comm->nranks,
+           comm->backend->ops.name, buf, ul_result_name(rc));
   comm_lock(comm);
-  snprintf(comm->last_error, sizeof comm->last_error, "rank %d/%d (%.24s): %.400s [%s]", comm->rank,
-           comm->nranks, comm->backend->ops.name, buf, ul_result_name(rc));
+  memcpy(comm->last_error, full, sizeof full);
   comm_unlock(comm);
-  ul__set_thread_error(rc, "%s", comm->last_error);
-  if (rc != UL_OK) UL_INFO("ERROR", "%s", comm->last_error);
+  ul__set_thread_error(rc, "%s", full);
+  if (rc != UL_OK) UL_INFO("ERROR", "%s", full);
   return rc;
 }
 
@@ -118,7 +193,7 @@ UL_API ul_result_t ul_get_unique_id(const char *backend, ul_unique_id_t *id) {
   char name[24], opts[28];
   const char *requested = backend;
   if (requested == NULL || requested[0] == '\0')
-    requested = ul__param_str("BACKEND", "auto", "backend used when the config names none");
+    requested = ul__param_get_str(UL__P_BACKEND);
   if (strcmp(requested, "auto") == 0) requested = "";
   UL_CHECK(split_backend_name(requested, name, sizeof name, opts, sizeof opts));
   ul__backend_t *be = NULL;
@@ -159,6 +234,13 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
     free(c);
     return NULL;
   }
+  if (!live_add(c)) {
+    ul__turn_destroy(c->turn);
+    pthread_mutex_destroy(m);
+    free(m);
+    free(c);
+    return NULL;
+  }
   c->magic = UL__COMM_MAGIC;
   c->backend = be;
   c->config = *cfg;
@@ -172,6 +254,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
 
 static void comm_free(ul_comm_t c) {
   if (!c) return;
+  live_remove(c);
   ul__windows_free_all(c);
   c->magic = 0;
   pthread_mutex_destroy((pthread_mutex_t *)c->lock);
@@ -484,12 +567,51 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
 
 /* --------------------------------------------------------------- teardown */
 
+/* Complete the work queued on the communicator's streams (finalize's promise); the first
+ * error of any stream is returned. Streams must not be destroyed meanwhile. */
+static ul_result_t comm_sync_streams(ul_comm_t comm) {
+  comm_lock(comm);
+  size_t n = 0;
+  for (ul_stream_t s = comm->streams; s; s = s->next) n++;
+  ul_stream_t *snap = n ? malloc(n * sizeof *snap) : NULL;
+  if (n && !snap) {
+    comm_unlock(comm);
+    return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_finalize: out of memory");
+  }
+  n = 0;
+  for (ul_stream_t s = comm->streams; s; s = s->next) snap[n++] = s;
+  comm_unlock(comm); /* queued tasks take this lock to record their calls */
+  ul_result_t first = UL_OK;
+  for (size_t i = 0; i < n; i++) {
+    ul_result_t rc = UL_OK;
+    if (snap[i]->host) rc = ul__host_stream_sync(snap[i]->host, comm->config.timeout_ms);
+    else if (snap[i]->bstream)
+      rc = comm->backend->ops.stream_synchronize(snap[i]->bstream, comm->config.timeout_ms);
+    if (rc == UL_ERR_UNSUPPORTED) rc = UL_OK;
+    if (rc != UL_OK && first == UL_OK) {
+      first = rc;
+      if (rc == UL_ERR_TIMEOUT)
+        ul__comm_set_error(comm, rc,
+                           "ul_comm_finalize: work queued on a stream still running after %d ms",
+                           comm->config.timeout_ms);
+    }
+  }
+  free(snap);
+  return first;
+}
+
 UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
   if (!ul__comm_valid(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_finalize: comm is NULL or invalid");
   if (comm->sticky != UL_OK) return comm->sticky;
   __atomic_add_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST); /* abort must not free under it */
-  ul_result_t rc = comm->backend->ops.comm_finalize(comm->bcomm);
+  ul_result_t rc = comm_sync_streams(comm);
+  if (rc != UL_OK) {
+    __atomic_sub_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST);
+    if (rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED) comm->sticky = rc;
+    return rc;
+  }
+  rc = comm->backend->ops.comm_finalize(comm->bcomm);
   __atomic_sub_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST);
   if (rc == UL_ERR_UNSUPPORTED) rc = UL_OK; /* nothing to flush */
   if (rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED) comm->sticky = rc;
@@ -498,8 +620,11 @@ UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
 
 UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   if (comm == NULL) return UL_OK;
-  if (!ul__comm_valid(comm))
+  /* The registry, not the handle, is asked first: a racing teardown may have freed it. */
+  int claim = live_claim(comm, 0);
+  if (claim < 0)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
+  if (claim > 0) return UL_OK; /* not read: the other teardown may have freed it */ /* an abort or destroy running on another thread frees it */
   ul__streams_release_all(comm);
   ul__generic_fini(comm);
   ul__exchange_free(comm);
@@ -509,9 +634,12 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
 }
 
 UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
-  if (!ul__comm_valid(comm))
+  /* Idempotent: a second (racing) abort raises the flag and leaves the teardown to the
+   * first; once that has freed the handle it is not live (UL_ERR_INVALID_ARG). */
+  int claim = comm ? live_claim(comm, 1) : -1;
+  if (claim < 0)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_abort: comm is NULL or invalid");
-  __atomic_store_n(&comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  if (claim > 0) return UL_OK; /* not read: the first abort may have freed it */
   comm->backend->ops.comm_abort(comm->bcomm);
   /* Threads blocked in this comm see the flag within one wait slice; let them leave
    * before freeing (bounded: never wait for peers). */
@@ -544,7 +672,12 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   }
 COMM_QUERY(ul_comm_rank, int, comm->rank)
 COMM_QUERY(ul_comm_size, int, comm->nranks)
-COMM_QUERY(ul_comm_device, int, comm->device == UL_CONFIG_UNDEF ? -1 : comm->device)
+/* -1 on host-memory backends (host, mpi, sim) as the header says, whatever index
+ * ul_comm_init_all or config.device gave the rank */
+COMM_QUERY(ul_comm_device, int,
+           comm->device == UL_CONFIG_UNDEF || (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY)
+               ? -1
+               : comm->device)
 COMM_QUERY(ul_comm_backend, const char *, comm->backend->ops.name)
 
 UL_API ul_result_t ul_comm_get_error(ul_comm_t comm) {

@@ -10,7 +10,6 @@
 #include "ul_core.h"
 
 #define UL__CONFIG_MAX_STRUCT (64u * 1024u)
-#define UL__DEFAULT_TIMEOUT_MS 300000
 #define UL__BACKEND_NAME_MAX 31
 
 /* Does field [off, off+size) lie inside the caller's struct? */
@@ -39,7 +38,7 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
 
   /* backend */
   const char *backend = NULL, *backend_src = NULL;
-  const char *env_backend = ul__param_str("BACKEND", "auto", NULL);
+  const char *env_backend = ul__param_get_str(UL__P_BACKEND);
   if (UL__CFG_HAS(cfg, backend) && cfg->backend != NULL) {
     backend = cfg->backend;
     backend_src = "config.backend";
@@ -71,11 +70,12 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
       UL_INFO("ENV", "UNILINK_TIMEOUT_MS=%s is ignored: config.timeout_ms=%" PRId32
               " was set explicitly", ul__env_text("UNILINK_TIMEOUT_MS"), cfg->timeout_ms);
   } else {
-    int64_t t = ul__param_int("TIMEOUT_MS", UL__DEFAULT_TIMEOUT_MS, NULL);
+    int64_t t = ul__param_get_int(UL__P_TIMEOUT_MS);
     if (t < 0 || t > INT32_MAX) {
-      UL_WARN("ENV", "UNILINK_TIMEOUT_MS=%" PRId64 " is out of range (0..%d); using %d", t,
-              INT32_MAX, UL__DEFAULT_TIMEOUT_MS);
-      t = UL__DEFAULT_TIMEOUT_MS;
+      int64_t bad = t;
+      t = ul__param_default_int(UL__P_TIMEOUT_MS);
+      UL_WARN("ENV", "UNILINK_TIMEOUT_MS=%" PRId64 " is out of range (0..%d); using %" PRId64,
+              bad, INT32_MAX, t);
     }
     r.timeout_ms = (int)t;
   }
@@ -91,7 +91,7 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
       UL_INFO("ENV", "UNILINK_CHECK=%s is ignored: config.check=%" PRId32 " was set explicitly",
               ul__env_text("UNILINK_CHECK"), cfg->check);
   } else {
-    int64_t c = ul__param_int("CHECK", 0, NULL);
+    int64_t c = ul__param_get_int(UL__P_CHECK);
     if (c != 0 && c != 1) {
       UL_WARN("ENV", "UNILINK_CHECK=%" PRId64 " must be 0 or 1; using 0", c);
       c = 0;
@@ -100,7 +100,23 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
   }
 
   /* device: no environment variable; the backend decides when undefined. */
-  if (UL__CFG_HAS(cfg, device)) r.device = cfg->device;
+  if (UL__CFG_HAS(cfg, device)) {
+    if (cfg->device != UL_CONFIG_UNDEF && cfg->device < 0)
+      return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                  "config.device is %" PRId32
+                                  "; it must be a device index >= 0, or UL_CONFIG_UNDEF to let "
+                                  "the backend choose",
+                                  cfg->device);
+    r.device = cfg->device;
+  }
+
+  /* blocking: reserved (nonblocking mode is not implemented); only 0 or 1 mean anything. */
+  if (UL__CFG_HAS(cfg, blocking) && cfg->blocking != UL_CONFIG_UNDEF && cfg->blocking != 0 &&
+      cfg->blocking != 1)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "config.blocking is %" PRId32 "; it must be 0 or 1 (or "
+                                "UL_CONFIG_UNDEF)",
+                                cfg->blocking);
 
   /* name: a log label; silently shortened to fit. */
   if (UL__CFG_HAS(cfg, name) && cfg->name != NULL) snprintf(r.name, sizeof r.name, "%s", cfg->name);

@@ -57,6 +57,8 @@ static const char *const coll_names[UL_COLL_COUNT] = {
     [UL_COLL_SCATTER] = "scatter",
     [UL_COLL_BARRIER] = "barrier",
     [UL_COLL_SENDRECV] = "sendrecv",
+    [UL_COLL_ALLTOALLV] = "alltoallv",
+    [UL_COLL_ALLGATHERV] = "allgatherv",
 };
 
 /* The enums are ints that callers may fill from anything; compare as unsigned so

@@ -169,10 +169,14 @@ static void ul__log_load_locked(void) {
     }
   }
 
-  ul__log_parse_subsys(c, getenv("UNILINK_DEBUG_SUBSYS"));
+  /* getenv, not the registry: the registry logs, and logging starts here. The defaults
+   * still come from the one table (param_list.h). */
+  const char *subsys = getenv("UNILINK_DEBUG_SUBSYS");
+  ul__log_parse_subsys(c, subsys && subsys[0] ? subsys : ul__param_default(UL__P_DEBUG_SUBSYS));
 
   int level;
   const char *lvl = getenv("UNILINK_DEBUG");
+  if (lvl == NULL || lvl[0] == '\0') lvl = ul__param_default(UL__P_DEBUG);
   int ok = ul__log_parse_level(lvl, &level);
   atomic_store_explicit(&ul__log_level, level, memory_order_relaxed);
   atomic_store_explicit(&ul__log_ready, 1, memory_order_release);

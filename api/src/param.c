@@ -1,5 +1,9 @@
-/* The UNILINK_* parameter registry. Every parameter is registered with a default and a
- * help text (so unilink-info can list it) and read from the environment on every call:
+/* The UNILINK_* parameter registry. Every parameter the project ships is defined once in
+ * param_list.h (type, default, owner, help): all of them are registered up front, so
+ * unilink-info lists them before any backend loads, and a lookup by name takes the
+ * default and help from that table, whatever its caller passes. Parameters of
+ * out-of-tree plugins register on first read with the caller's default and help.
+ * Values are read from the environment on every call:
  * reads are rare (communicator creation, tuning decisions) and tests change the
  * environment between calls. Strings handed out are interned and never freed, so a
  * pointer returned once stays valid even after the environment changes. */
@@ -21,10 +25,38 @@ typedef struct ul__str_node {
   char text[];
 } ul__str_node_t;
 
+typedef struct ul__param_def {
+  const char *name;
+  ul__param_type_t type;
+  const char *def;
+  const char *owner;
+  const char *help;
+} ul__param_def_t;
+
+static const ul__param_def_t ul__param_defs[UL__P_COUNT] = {
+#define UL__PARAM_DEF(n, t, d, o, h) {#n, UL__PARAM_##t, d, o, h},
+    UL_PARAM_LIST(UL__PARAM_DEF)
+#undef UL__PARAM_DEF
+};
+
+static const ul__param_def_t *ul__param_def_find(const char *key) {
+  for (int i = 0; i < UL__P_COUNT; i++)
+    if (strcmp(ul__param_defs[i].name, key) == 0) return &ul__param_defs[i];
+  return NULL;
+}
+
+/* The table's integer default (constant text, checked by the unit tests). */
+static int64_t ul__param_def_int(const ul__param_def_t *d) {
+  int64_t v = 0;
+  (void)ul__parse_int(d->def, &v, NULL, 0);
+  return v;
+}
+
 typedef struct ul__param {
   char name[UL__PARAM_NAME_MAX];          /* without prefix: "TIMEOUT_MS" */
   char env[UL__PARAM_NAME_MAX + 8];       /* "UNILINK_TIMEOUT_MS" */
   ul__param_type_t type;
+  const char *owner;                      /* static: from the table, else "other" */
   const char *def_text;                   /* interned; "" when none */
   const char *help;                       /* interned */
   ul__str_node_t *warned;                 /* bad values already reported */
@@ -95,6 +127,8 @@ static ul__param_t *ul__param_register_locked(const char *name, ul__param_type_t
   snprintf(p->name, sizeof p->name, "%s", name);
   snprintf(p->env, sizeof p->env, UL__PARAM_PREFIX "%s", name);
   p->type = type;
+  const ul__param_def_t *d = ul__param_def_find(name);
+  p->owner = d ? d->owner : "other";
   p->def_text = ul__intern_locked(def_text ? def_text : "");
   p->help = ul__intern_locked(help ? help : "");
   if (p->def_text == NULL || p->help == NULL) return NULL;
@@ -179,6 +213,11 @@ int64_t ul__param_int(const char *name, int64_t def, const char *help) {
             name ? name : "(null)", def);
     return def;
   }
+  const ul__param_def_t *d = ul__param_def_find(key);
+  if (d) { /* the table is the one definition: a caller's default and help do not count */
+    def = ul__param_def_int(d);
+    help = d->help;
+  }
   char def_text[32];
   snprintf(def_text, sizeof def_text, "%" PRId64, def);
 
@@ -216,6 +255,11 @@ const char *ul__param_str(const char *name, const char *def, const char *help) {
     UL_WARN("ENV", "invalid parameter name \"%s\"; using its default", name ? name : "(null)");
     return def;
   }
+  const ul__param_def_t *d = ul__param_def_find(key);
+  if (d) {
+    def = d->def;
+    help = d->help;
+  }
   pthread_mutex_lock(&ul__param_lock);
   ul__param_t *p = ul__param_register_locked(key, UL__PARAM_STR, def, help);
   const char *raw = p ? getenv(p->env) : NULL;
@@ -250,31 +294,32 @@ void ul__params_register_core(void) {
   pthread_mutex_unlock(&ul__param_lock);
 }
 
-/* Caller holds the lock. */
+/* Caller holds the lock. The whole table, in its order; the fault switch only where it
+ * is compiled in, so a listing never offers a parameter the build ignores. */
 static void ul__params_register_core_locked(void) {
-  /* Defaults here must match the ones config.c, log.c and registry.c pass. */
-  ul__param_define("BACKEND", UL__PARAM_STR, "auto",
-                   "backend for new communicators when the config names none: a backend "
-                   "name (\"host\", \"sim:dgx-h100\") or auto (best available)");
-  ul__param_define("TIMEOUT_MS", UL__PARAM_INT, "300000",
-                   "limit in milliseconds for every blocking wait (0 = wait forever)");
-  ul__param_define("CHECK", UL__PARAM_INT, "0",
-                   "1: compare count, dtype, op and root across ranks before each collective");
-  ul__param_define("DEBUG", UL__PARAM_STR, "warn", "log level: none, warn, info or trace");
-  ul__param_define("DEBUG_SUBSYS", UL__PARAM_STR, "ALL",
-                   "log subsystems, comma separated: INIT, COLL, P2P, MEM, BACKEND, TUNING, "
-                   "ENV, BOOTSTRAP, ALL or a backend name; a leading ^ excludes the list");
-  ul__param_define("DEBUG_FILE", UL__PARAM_STR, "",
-                   "log to this file instead of stderr (%h = host name, %p = process id)");
-  ul__param_define("PLUGIN_PATH", UL__PARAM_STR, "",
-                   "colon separated folders searched for libunilink-<name>.so backend plugins "
-                   "before the folder of libunilink and the install folder");
-  ul__param_define("ALGO", UL__PARAM_STR, "",
-                   "force algorithms per collective, e.g. \"allreduce:ring,broadcast:tree\"");
-#ifdef UNILINK_TEST_HOOKS
-  ul__param_define("FAULT", UL__PARAM_STR, "",
-                   "test builds only: inject a fault, e.g. \"allreduce:offbyone\"");
-#endif
+  for (int i = 0; i < UL__P_COUNT; i++) {
+    const ul__param_def_t *d = &ul__param_defs[i];
+    if (i == UL__P_FAULT && !ul__test_hooks_built()) continue;
+    ul__param_define(d->name, d->type, d->def, d->help);
+  }
+}
+
+int64_t ul__param_get_int(ul__param_id_t id) {
+  if (id < 0 || id >= UL__P_COUNT || ul__param_defs[id].type != UL__PARAM_INT) return 0;
+  return ul__param_int(ul__param_defs[id].name, 0, NULL);
+}
+
+const char *ul__param_get_str(ul__param_id_t id) {
+  if (id < 0 || id >= UL__P_COUNT || ul__param_defs[id].type != UL__PARAM_STR) return "";
+  return ul__param_str(ul__param_defs[id].name, NULL, NULL);
+}
+
+const char *ul__param_default(ul__param_id_t id) {
+  return (id >= 0 && id < UL__P_COUNT) ? ul__param_defs[id].def : "";
+}
+
+int64_t ul__param_default_int(ul__param_id_t id) {
+  return (id >= 0 && id < UL__P_COUNT) ? ul__param_def_int(&ul__param_defs[id]) : 0;
 }
 
 int ul_param_count(void) {
@@ -303,6 +348,21 @@ ul_result_t ul_param_get(int index, ul_param_info_t *info) {
   info->value = value ? value : "";
   info->default_value = p->def_text;
   info->help = p->help;
+  pthread_mutex_unlock(&ul__param_lock);
+  return UL_OK;
+}
+
+ul_result_t ul_param_kind(int index, const char **type, const char **owner) {
+  ul__params_register_core();
+  pthread_mutex_lock(&ul__param_lock);
+  if (index < 0 || index >= ul__nparams) {
+    int n = ul__nparams;
+    pthread_mutex_unlock(&ul__param_lock);
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_param_kind: index %d is out of range (0..%d)", index, n - 1);
+  }
+  if (type) *type = ul__params[index].type == UL__PARAM_INT ? "int" : "string";
+  if (owner) *owner = ul__params[index].owner;
   pthread_mutex_unlock(&ul__param_lock);
   return UL_OK;
 }

@@ -199,7 +199,9 @@ static ul_result_t ul__stub_mem_set(ul_backend_comm_t *c, void *dst, int value, 
   X(alltoall)            \
   X(gather)              \
   X(scatter)             \
-  X(barrier)
+  X(barrier)             \
+  X(alltoallv)           \
+  X(allgatherv)
 
 static const void *const ul__stubs[] = {
 #define UL__STUB_ADDR(field, stub) (const void *)stub,
@@ -516,7 +518,7 @@ static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *
 static void ul__load_plugins_locked(void) {
   ul__dirset_t *seen = calloc(1, sizeof *seen);
   if (seen == NULL) return;
-  const char *pp = ul__param_str("PLUGIN_PATH", "", NULL);
+  const char *pp = ul__param_get_str(UL__P_PLUGIN_PATH);
   if (pp && pp[0]) {
     char *copy = strdup(pp);
     if (copy) {
@@ -767,10 +769,14 @@ static void ul__fill_info(ul__slot_t *s, ul_backend_info_t *info) {
 #define UL_COLL_gather UL_COLL_GATHER
 #define UL_COLL_scatter UL_COLL_SCATTER
 #define UL_COLL_barrier UL_COLL_BARRIER
+#define UL_COLL_alltoallv UL_COLL_ALLTOALLV
+#define UL_COLL_allgatherv UL_COLL_ALLGATHERV
   UL__COLL_LIST(UL__NATIVE_BIT)
 #undef UL__NATIVE_BIT
   full.collectives = native;
-  if (b->caps.features & UL_FEATURE_GENERIC_COLL) full.collectives |= (1u << UL_COLL_SENDRECV) - 1u;
+  if (b->caps.features & UL_FEATURE_GENERIC_COLL)
+    full.collectives |= ((1u << UL_COLL_SENDRECV) - 1u) | (1u << UL_COLL_ALLTOALLV) |
+                        (1u << UL_COLL_ALLGATHERV);
   if (b->caps.features & UL_FEATURE_P2P) full.collectives |= 1u << UL_COLL_SENDRECV;
   full.dtypes = b->caps.dtypes;
   full.ops = b->caps.ops;

@@ -70,6 +70,20 @@ UL__HIDDEN const char *ul__param_str(const char *name, const char *def, const ch
 UL__HIDDEN ul_result_t ul__parse_int(const char *text, int64_t *out, char *err, size_t errlen);
 /* Register every core parameter so unilink-info lists them even before first use. */
 UL__HIDDEN void ul__params_register_core(void);
+/* Typed reads of a parameter of param_list.h, with its one default: UL__P_<NAME>. */
+#include "param_list.h"
+typedef enum ul__param_id {
+#define UL__PARAM_ID(n, t, d, o, h) UL__P_##n,
+  UL_PARAM_LIST(UL__PARAM_ID)
+#undef UL__PARAM_ID
+  UL__P_COUNT
+} ul__param_id_t;
+UL__HIDDEN int64_t ul__param_get_int(ul__param_id_t id);
+UL__HIDDEN const char *ul__param_get_str(ul__param_id_t id);
+UL__HIDDEN const char *ul__param_default(ul__param_id_t id);  /* table text, no env read */
+UL__HIDDEN int64_t ul__param_default_int(ul__param_id_t id);
+/* fault.c, compiled once per UNILINK_TEST_HOOKS setting: 1 when the fault switches exist. */
+UL__HIDDEN int ul__test_hooks_built(void);
 
 /* Resolved configuration: config struct > UNILINK_* env > default. */
 typedef struct ul__config {
@@ -203,6 +217,8 @@ static inline int ul__overlap(const void *a, size_t alen, const void *b, size_t 
 UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
+/* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
+UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
 /* coll.c: allgather of core-owned host data (split colors, window sizes, check records)
  * over @comm. @all has nranks * bytes. Never touches the user's last-call record. On a
  * device-memory backend the data is staged through device scratch with mem_copy, since
@@ -234,10 +250,35 @@ typedef struct ul__coll_args {
   ul_op_t op;
   int root;
   int peer;     /* send/recv */
+  /* alltoallv / allgatherv (count = allgatherv's sendcount): per rank, in elements.
+   * allgatherv uses rcounts/rdispls only. After submission they point into vblock, the
+   * call's own copy, freed once the call ran (the caller's arrays may be gone by then). */
+  const size_t *scounts, *sdispls, *rcounts, *rdispls;
+  void *vblock;
 } ul__coll_args_t;
+/* fault.c: the test-only fault switch after a successful collective (a no-op unless the
+ * build has UNILINK_TEST_HOOKS and UNILINK_FAULT names this collective). */
+UL__HIDDEN void ul__fault_after_coll(ul_comm_t comm, const ul__coll_args_t *a);
+
+/* Designated, so the fields after peer start zeroed without a warning. */
+#define UL__COLL_ARGS(k, s, r, n, dt, o, rt, pr)                                             \
+  {.coll = (k), .sendbuf = (s), .recvbuf = (r), .count = (n), .dtype = (dt), .op = (o),       \
+   .root = (rt), .peer = (pr)}
 
 UL__HIDDEN ul_result_t ul__validate_coll(ul_comm_t comm, const ul__coll_args_t *a,
                                          ul_stream_t stream);
+/* validate.c: the v-collectives' checks (ul__validate_coll calls it). */
+UL__HIDDEN ul_result_t ul__validate_vcoll(ul_comm_t comm, const ul__coll_args_t *a);
+static inline int ul__is_vcoll(ul_coll_t c) {
+  return c == UL_COLL_ALLTOALLV || c == UL_COLL_ALLGATHERV;
+}
+/* coll_v.c: give a validated v-collective its own copy of the count arrays (vblock);
+ * largest per-peer block in elements (what ul_call_info_t::bytes reports). */
+UL__HIDDEN ul_result_t ul__vcoll_own(ul_comm_t comm, ul__coll_args_t *a);
+UL__HIDDEN size_t ul__vcoll_max_block(const ul__coll_args_t *a, int nranks);
+/* coll.c: validate, then issue on the stream (or record in the open group). */
+UL__HIDDEN ul_result_t ul__submit_coll(ul_comm_t comm, const ul__coll_args_t *a,
+                                       ul_stream_t stream);
 
 /* --------------------------------------------------------------- streams */
 /* stream.c: host streams run queued closures on a worker thread, in order. */

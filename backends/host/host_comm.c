@@ -420,6 +420,11 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
   if (args->nranks < 1 || args->rank < 0 || args->rank >= args->nranks)
     return ul_backend_set_error(h, UL_ERR_INVALID_ARG, "host: rank %d out of range for %d ranks",
                                 args->rank, args->nranks);
+  if (args->options && args->options[0])
+    return ul_backend_set_error(h, UL_ERR_INVALID_ARG,
+                                "host: unknown backend option '%s' (\"host:%s\"): the host "
+                                "backend takes no options",
+                                args->options, args->options);
   const unsigned char *id = args->id_payload;
   if (!id || args->id_payload_bytes < HOST_ID_USED ||
       memcmp(id + HOST_ID_OFF_MAGIC, HOST_ID_MAGIC, 4) != 0)

@@ -13,10 +13,13 @@
  * has its own field, so a rank that already left for the next collective cannot
  * overwrite a field a slower rank is about to read. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -30,12 +33,39 @@ typedef struct host_sig_block {
   host_slot_t slots[];
 } host_sig_block_t;
 
-/* Segment names: "/unilink-<tag>-<pid>-<kind><n>". Returns n. */
+/* Segment names: "/unilink-<tag>-<pid>-<kind><n>" with n 32 random bits per segment
+ * (nonzero), so that another user who reads /dev/shm cannot pre-create the next names
+ * (a counter could be squatted: every alloc then failed with EEXIST). Returns n. */
 static uint64_t host_mem_name(ul_backend_comm_t *c, char kind, char *name) {
-  unsigned long long n = atomic_fetch_add(&host_mem_serial, 1);
+  uint32_t n = 0;
+  if (getrandom(&n, sizeof n, GRND_NONBLOCK) != (ssize_t)sizeof n) {
+    /* no entropy yet: a counter mixed with the clock (splitmix64 finaliser) */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t z = atomic_fetch_add(&host_mem_serial, 1) * 0x9e3779b97f4a7c15ull ^
+                 (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    n = (uint32_t)(z ^ (z >> 31));
+  }
+  if (n == 0) n = 1;
   snprintf(name, HOST_NAME_MAX_LEN, "/%s%s-%d-%c%llu", HOST_SHM_PREFIX, c->tag_hex, (int)getpid(),
-           kind, n);
+           kind, (unsigned long long)n);
   return n;
+}
+
+/* Create a fresh segment of `kind`, retrying with new random names on a collision (a
+ * name someone else already holds). */
+static ul_result_t host_mem_create(ul_backend_comm_t *c, char kind, char *name, size_t size,
+                                   void **addr, size_t *len, uint64_t *serial) {
+  ul_result_t rc = UL_ERR_SYSTEM;
+  for (int tries = 0; tries < 16; tries++) {
+    uint64_t n = host_mem_name(c, kind, name);
+    if (serial) *serial = n;
+    rc = host_shm_create(c->handle, name, size, 1, addr, len);
+    if (rc != UL_ERR_SYSTEM || errno != EEXIST) return rc;
+  }
+  return rc;
 }
 
 static ul_result_t host_mem_track(ul_backend_comm_t *c, const host_alloc_t *a) {
@@ -79,8 +109,7 @@ ul_result_t host_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
                                   size);
     if (align == HOST_HUGE_ALIGN) (void)madvise(a.ptr, a.map_size, MADV_HUGEPAGE);
   } else {
-    a.serial = host_mem_name(c, 'm', a.name);
-    UL_CHECK(host_shm_create(c->handle, a.name, size, 1, &a.ptr, &a.map_size));
+    UL_CHECK(host_mem_create(c, 'm', a.name, size, &a.ptr, &a.map_size, &a.serial));
   }
   if (host_mem_track(c, &a) != UL_OK) {
     host_mem_release(&a);
@@ -336,8 +365,7 @@ ul_result_t host_window_register(ul_backend_comm_t *c, void *base, size_t size,
     } else {
       void *addr;
       size_t len;
-      host_mem_name(c, 'w', signame);
-      mine = host_shm_create(c->handle, signame, sig_bytes, 1, &addr, &len);
+      mine = host_mem_create(c, 'w', signame, sig_bytes, &addr, &len, NULL);
       if (mine == UL_OK) {
         w->sig = addr;
         w->sig_bytes = len;

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +25,84 @@ size_t host_page_size(void) {
 const char *host_errstr(int err, char *buf, size_t len) {
   /* GNU strerror_r may return a static string instead of filling buf. */
   return strerror_r(err, buf, len);
+}
+
+/* ------------------------------------------------ proof of life for the sweep */
+/* A process that creates segments first creates /dev/shm/unilink-L<pid>-<random> and
+ * holds an exclusive flock on it until it exits (the kernel drops the lock however it
+ * dies). The sweep removes a segment only if no lock file of its creator's pid is held:
+ * unlike kill(pid, 0) this holds across PID namespaces sharing /dev/shm, where a pid
+ * means another process or none. The file is created under a hidden name, locked, then
+ * renamed, so a sweep never sees it unlocked. */
+static pthread_mutex_t host_lock_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t host_lock_pid; /* process that holds host_lock_fd's lock (0: none; fork) */
+static int host_lock_fd = -1;
+static char host_lock_path[96];
+
+static void host_shm_lock_unlink(void) {
+  if (host_lock_pid == getpid() && host_lock_path[0]) unlink(host_lock_path);
+}
+
+static void host_shm_lock_ensure(void) {
+  pthread_mutex_lock(&host_lock_mu);
+  pid_t me = getpid();
+  if (host_lock_pid != me) {
+    /* a forked child: the parent's lock is not ours; make our own */
+    if (host_lock_fd >= 0) close(host_lock_fd);
+    host_lock_fd = -1;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = (uint64_t)me * 2654435761u;
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "/dev/shm/.%sL%d-%016llx", HOST_SHM_PREFIX, (int)me,
+             (unsigned long long)r);
+    snprintf(host_lock_path, sizeof host_lock_path, "/dev/shm/%sL%d-%016llx", HOST_SHM_PREFIX,
+             (int)me, (unsigned long long)r);
+    int fd = open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && rename(tmp, host_lock_path) == 0) {
+      int first = host_lock_pid == 0;
+      host_lock_fd = fd;
+      host_lock_pid = me;
+      if (first) atexit(host_shm_lock_unlink);
+    } else {
+      /* no proof of life: the sweep falls back to kill(pid, 0) for our segments */
+      if (fd >= 0) close(fd);
+      unlink(tmp);
+      host_lock_path[0] = '\0';
+      host_lock_pid = me;
+    }
+  }
+  pthread_mutex_unlock(&host_lock_mu);
+}
+
+/* 1: some lock file of pid is held (alive), 0: lock files exist, none held (gone; they
+ * are removed), -1: none exists (a creator without one: use kill). */
+static int host_shm_lock_alive(int dirfd, pid_t pid) {
+  char pre[48];
+  int n = snprintf(pre, sizeof pre, "%sL%d-", HOST_SHM_PREFIX, (int)pid);
+  int dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* a dup would share
+                                                                     the caller's offset */
+  if (dfd < 0) return -1;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return -1;
+  }
+  int st = -1;
+  struct dirent *de;
+  while (st != 1 && (de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, pre, (size_t)n) != 0) continue;
+    int fd = openat(dirfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      st = 1;
+    } else {
+      unlinkat(dirfd, de->d_name, 0); /* its holder is gone */
+      if (st < 0) st = 0;
+    }
+    close(fd);
+  }
+  closedir(d);
+  return st;
 }
 
 static size_t host_shm_round(size_t size) {
@@ -58,11 +139,14 @@ ul_result_t host_shm_create(ul_comm_t h, const char *name, size_t size, int popu
                             void **addr, size_t *map_size) {
   char eb[128];
   size_t len = host_shm_round(size ? size : 1);
+  host_shm_lock_ensure(); /* before the first segment: the sweep's proof that we live */
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     int e = errno;
-    return ul_backend_set_error(h, UL_ERR_SYSTEM, "host: shm_open(%s, O_CREAT|O_EXCL): %s", name,
-                                host_errstr(e, eb, sizeof eb));
+    ul_result_t r = ul_backend_set_error(h, UL_ERR_SYSTEM, "host: shm_open(%s, O_CREAT|O_EXCL): %s",
+                                         name, host_errstr(e, eb, sizeof eb));
+    errno = e; /* EEXIST: the caller may retry with another name */
+    return r;
   }
   (void)fchmod(fd, 0600); /* umask can only remove bits; make the mode exact anyway */
   ul_result_t rc = UL_OK;
@@ -179,12 +263,21 @@ void host_shm_sweep_stale(void) {
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (strncmp(de->d_name, HOST_SHM_PREFIX, strlen(HOST_SHM_PREFIX)) != 0) continue;
+    if (de->d_name[strlen(HOST_SHM_PREFIX)] == 'L') {
+      /* a lock file nobody holds: its process is gone */
+      int fd = openat(dfd, de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) unlinkat(dfd, de->d_name, 0);
+      if (fd >= 0) close(fd);
+      continue;
+    }
     struct stat st;
     if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
         st.st_uid != me)
       continue;
     pid_t pid = host_shm_creator(de->d_name, dfd);
-    if (pid <= 0 || host_pid_alive(pid, -1)) continue;
+    if (pid <= 0) continue;
+    int lk = host_shm_lock_alive(dfd, pid);
+    if (lk == 1 || (lk < 0 && host_pid_alive(pid, -1))) continue;
     char name[300];
     snprintf(name, sizeof name, "/%s", de->d_name);
     if (shm_unlink(name) == 0)

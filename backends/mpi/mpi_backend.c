@@ -102,6 +102,7 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
 #endif
   default: r = UL_ERR_BACKEND; break;
   }
+  if (r == UL_ERR_PEER_LOST || r == UL_ERR_BACKEND) mpi_g.trouble = 1;
   int rank = c ? c->rank : -1;
   if (c)
     return ul_backend_set_error(c->ucomm, r, "rank %d: %s failed: %s (MPI error class %d, code %d)",
@@ -114,6 +115,42 @@ double mpi_now_ms(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* One idle step of a polling wait: abort and timeout checks, then spin, yield or sleep.
+ * UL_OK: poll again. */
+ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
+                          unsigned *spins) {
+  if (c && ((c->abort_flag && *c->abort_flag) || c->dead))
+    return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
+                                "rank %d: %s abandoned: the communicator was aborted", c->rank,
+                                call);
+  (*spins)++;
+  /* Spin briefly for latency, then yield (ranks are often oversubscribed), then
+   * sleep once a wait is clearly long, so idle ranks leave the cores to the others. */
+  if ((*spins & 63u) == 0) {
+    double el = mpi_now_ms() - t0;
+    if (timeout_ms > 0 && el >= timeout_ms) {
+      mpi_g.trouble = 1;
+      if (c)
+        return ul_backend_set_error(
+            c->ucomm, UL_ERR_TIMEOUT,
+            "rank %d of %d: %s did not complete within %d ms (a peer did not call it, "
+            "called something else, or died); the communicator is unusable",
+            c->rank, c->nranks, call, timeout_ms);
+      return ul_backend_set_error(NULL, UL_ERR_TIMEOUT, "mpi: %s did not complete within %d ms",
+                                  call, timeout_ms);
+    }
+    if (el > 1000.0) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    } else {
+      sched_yield();
+    }
+  } else if (*spins > 256) {
+    sched_yield();
+  }
+  return UL_OK;
 }
 
 ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
@@ -130,34 +167,8 @@ ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const ch
 #pragma GCC diagnostic pop
     if (rc != MPI_SUCCESS) return mpi_error_set(c, rc, call);
     if (flag) return UL_OK;
-    if (c && ((c->abort_flag && *c->abort_flag) || c->dead))
-      return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
-                                  "rank %d: %s abandoned: the communicator was aborted", c->rank,
-                                  call);
-    spins++;
-    /* Spin briefly for latency, then yield (ranks are often oversubscribed), then
-     * sleep once a wait is clearly long, so idle ranks leave the cores to the others. */
-    if ((spins & 63u) == 0) {
-      double el = mpi_now_ms() - t0;
-      if (timeout_ms > 0 && el >= timeout_ms) {
-        if (c)
-          return ul_backend_set_error(
-              c->ucomm, UL_ERR_TIMEOUT,
-              "rank %d of %d: %s did not complete within %d ms (a peer did not call it, "
-              "called something else, or died); the communicator is unusable",
-              c->rank, c->nranks, call, timeout_ms);
-        return ul_backend_set_error(NULL, UL_ERR_TIMEOUT,
-                                    "mpi: %s did not complete within %d ms", call, timeout_ms);
-      }
-      if (el > 1000.0) {
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-      } else {
-        sched_yield();
-      }
-    } else if (spins > 256) {
-      sched_yield();
-    }
+    ul_result_t r = mpi_wait_idle(c, call, timeout_ms, t0, &spins);
+    if (r != UL_OK) return r;
   }
 }
 
@@ -212,6 +223,15 @@ MPI_DEF_USER_OPS(UL_FP8_E5M2)
  * seen in the conformance suite); our kernel is right everywhere and costs nothing. */
 MPI_DEF_USER_OP(UL_UINT8, UL_MIN)
 MPI_DEF_USER_OP(UL_UINT8, UL_MAX)
+/* One meaning on every backend (docs/reliability.md): 8-bit sums wrap as in C (Open MPI
+ * 4.1's AVX op saturates them), fp32/fp64 min/max return NaN if any input is NaN and
+ * order -0 below +0 (MPI_MIN/MPI_MAX depend on operand order for both). */
+MPI_DEF_USER_OP(UL_INT8, UL_SUM)
+MPI_DEF_USER_OP(UL_UINT8, UL_SUM)
+MPI_DEF_USER_OP(UL_FP32, UL_MIN)
+MPI_DEF_USER_OP(UL_FP32, UL_MAX)
+MPI_DEF_USER_OP(UL_FP64, UL_MIN)
+MPI_DEF_USER_OP(UL_FP64, UL_MAX)
 
 static int mpi_create_user_ops(void) {
   for (int d = 0; d < UL_DTYPE_COUNT; d++)
@@ -233,18 +253,42 @@ static int mpi_create_user_ops(void) {
     }
     mpi_g.user_ops[tab[i].d][UL_AVG] = mpi_g.user_ops[tab[i].d][UL_SUM];
   }
-  int rc = MPI_Op_create(mpi_user_op_UL_UINT8_UL_MIN, 1, &mpi_g.user_ops[UL_UINT8][UL_MIN]);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Op_create(mpi_user_op_UL_UINT8_UL_MAX, 1, &mpi_g.user_ops[UL_UINT8][UL_MAX]);
-  if (rc != MPI_SUCCESS) return rc;
+  struct {
+    ul_dtype_t d;
+    ul_op_t o;
+    MPI_User_function *fn;
+  } one[] = {
+      {UL_UINT8, UL_MIN, mpi_user_op_UL_UINT8_UL_MIN}, {UL_UINT8, UL_MAX, mpi_user_op_UL_UINT8_UL_MAX},
+      {UL_INT8, UL_SUM, mpi_user_op_UL_INT8_UL_SUM},   {UL_UINT8, UL_SUM, mpi_user_op_UL_UINT8_UL_SUM},
+      {UL_FP32, UL_MIN, mpi_user_op_UL_FP32_UL_MIN},   {UL_FP32, UL_MAX, mpi_user_op_UL_FP32_UL_MAX},
+      {UL_FP64, UL_MIN, mpi_user_op_UL_FP64_UL_MIN},   {UL_FP64, UL_MAX, mpi_user_op_UL_FP64_UL_MAX},
+  };
+  for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+    int rc = MPI_Op_create(one[i].fn, 1, &mpi_g.user_ops[one[i].d][one[i].o]);
+    if (rc != MPI_SUCCESS) return rc;
+    if (one[i].o == UL_SUM) mpi_g.user_ops[one[i].d][UL_AVG] = mpi_g.user_ops[one[i].d][UL_SUM];
+  }
   return MPI_SUCCESS;
 }
 
 /* ----------------------------------------------------------- lifecycle */
+/* After a timeout, a lost peer or an abort, MPI_Finalize may wait forever for a peer that
+ * is gone (seen with Open MPI 4.1 under mpirun --enable-recovery: 10 of 85 survivors hung
+ * here). Exit without it then: the launcher reaps the job, and "no call blocks forever"
+ * includes exit. UNILINK_MPI_FINALIZE_AFTER_ERROR=1 finalizes anyway. */
 static void mpi_backend_atexit(void) {
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) MPI_Finalize();
+  if (fin) return;
+  if (mpi_g.trouble) {
+    const char *v = getenv("UNILINK_MPI_FINALIZE_AFTER_ERROR");
+    if (!v || strcmp(v, "1") != 0) {
+      fprintf(stderr, "unilink mpi: exiting without MPI_Finalize after a communication error "
+                      "(a peer may be gone; set UNILINK_MPI_FINALIZE_AFTER_ERROR=1 to finalize)\n");
+      return;
+    }
+  }
+  MPI_Finalize();
 }
 
 /* Open MPI loads its components with dlopen and they expect libmpi's symbols in the
@@ -391,6 +435,8 @@ static void mpi_comm_free_struct(ul_backend_comm_t *c) {
   free(c->node_of);
   free(c->host_of);
   free(c->reqs);
+  free(c->req_count);
+  free(c->req_dt);
   free(c->allocs);
   pthread_mutex_destroy(&c->lock);
   free(c);
@@ -609,6 +655,7 @@ static ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c) {
 
 static ul_result_t mpi_backend_comm_abort(ul_backend_comm_t *c) {
   c->dead = 1; /* pollers see it and return UL_ERR_ABORTED; nothing here blocks */
+  mpi_g.trouble = 1;
   return UL_OK;
 }
 

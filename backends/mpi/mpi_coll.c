@@ -251,6 +251,8 @@ const ul_backend_coll_ops_t mpi_coll_ops = {
     .gather = mpi_coll_gather,
     .scatter = mpi_coll_scatter,
     .barrier = mpi_coll_barrier,
+    .alltoallv = mpi_coll_alltoallv,
+    .allgatherv = mpi_coll_allgatherv,
 };
 
 /* ------------------------------------------------------- point to point */
@@ -264,20 +266,84 @@ static ul_result_t mpi_p2p_reserve(ul_backend_comm_t *c, int more) {
   int cap = c->reqs_cap ? c->reqs_cap * 2 : 64;
   while (cap < c->nreqs + more) cap *= 2;
   MPI_Request *n = realloc(c->reqs, (size_t)cap * sizeof *n);
-  if (!n)
+  if (n) c->reqs = n;
+  int *k = n ? realloc(c->req_count, (size_t)cap * sizeof *k) : NULL;
+  if (k) c->req_count = k;
+  MPI_Datatype *t = k ? realloc(c->req_dt, (size_t)cap * sizeof *t) : NULL;
+  if (!t)
     return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
-  c->reqs = n;
+  c->req_dt = t;
   c->reqs_cap = cap;
   return UL_OK;
+}
+
+/* Wait for the group's requests one by one (MPI_Testsome), so each receive's status is
+ * seen: a message longer than the receive (MPI_ERR_TRUNCATE) or shorter than it is
+ * UL_ERR_MISMATCH at the receiver, as on the host backend, and not sticky (MPI consumed
+ * the message; nothing was written past the buffer). Other errors stay errors. */
+static ul_result_t mpi_p2p_wait(ul_backend_comm_t *c, int n, const char *call) {
+  if (n <= 0) return UL_OK;
+  MPI_Status *st = malloc((size_t)n * sizeof *st);
+  int *idx = malloc((size_t)n * sizeof *idx);
+  if (!st || !idx) {
+    free(st);
+    free(idx);
+    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  }
+  ul_result_t r = UL_OK, mismatch = UL_OK;
+  int left = n;
+  double t0 = mpi_now_ms();
+  unsigned spins = 0;
+  while (left > 0 && r == UL_OK) {
+    int got = 0;
+    int rc = MPI_Testsome(n, c->reqs, &got, idx, st);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      r = mpi_error_set(c, rc, call);
+      break;
+    }
+    if (got == MPI_UNDEFINED) break; /* every request already complete */
+    for (int j = 0; j < got && r == UL_OK; j++) {
+      int i = idx[j], err = rc == MPI_ERR_IN_STATUS ? st[j].MPI_ERROR : MPI_SUCCESS, cls = err;
+      left--;
+      if (err != MPI_SUCCESS) MPI_Error_class(err, &cls);
+      int want = c->req_count[i], have = want;
+      if (err == MPI_SUCCESS && want >= 0) MPI_Get_count(&st[j], c->req_dt[i], &have);
+      if (cls == MPI_ERR_TRUNCATE || (err == MPI_SUCCESS && want >= 0 && have != want)) {
+        int esz = 1;
+        MPI_Type_size(c->req_dt[i], &esz);
+        if (mismatch == UL_OK && cls == MPI_ERR_TRUNCATE)
+          mismatch = ul_backend_set_error(
+              c->ucomm, UL_ERR_MISMATCH,
+              "rank %d: recv of %lld bytes from rank %d matched a longer send: send and recv "
+              "counts must be equal; the receive buffer's contents are as MPI left them, "
+              "nothing past it was written",
+              c->rank, (long long)want * esz, st[j].MPI_SOURCE);
+        else if (mismatch == UL_OK)
+          mismatch = ul_backend_set_error(
+              c->ucomm, UL_ERR_MISMATCH,
+              "rank %d: recv of %lld bytes from rank %d matched a send of %lld bytes: send and "
+              "recv counts must be equal; the receive buffer holds the first %lld bytes, "
+              "nothing past it was written",
+              c->rank, (long long)want * esz, st[j].MPI_SOURCE, (long long)have * esz,
+              (long long)have * esz);
+      } else if (err != MPI_SUCCESS) {
+        r = mpi_error_set(c, err, call);
+      }
+    }
+    if (r == UL_OK && left > 0 && got == 0) r = mpi_wait_idle(c, call, c->timeout_ms, t0, &spins);
+  }
+  free(st);
+  free(idx);
+  return r != UL_OK ? r : mismatch;
 }
 
 static ul_result_t mpi_p2p_complete(ul_backend_comm_t *c) {
   ul_result_t r = c->group_rc;
   int n = c->nreqs;
   if (r == UL_OK) {
-    r = mpi_waitall(c, n, c->reqs, "point-to-point group (MPI_Isend/MPI_Irecv)", c->timeout_ms);
+    r = mpi_p2p_wait(c, n, "point-to-point group (MPI_Isend/MPI_Irecv)");
   }
-  if (r != UL_OK) {
+  if (r != UL_OK && r != UL_ERR_MISMATCH) {
     /* Leave nothing behind that refers to this group. */
     for (int i = 0; i < n; i++)
       if (c->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&c->reqs[i]);
@@ -308,7 +374,10 @@ static ul_result_t mpi_p2p_post(ul_backend_comm_t *c, int is_send, void *buf, si
                  ? MPI_Isend(p, n, dt, peer, MPI_P2P_TAG, c->comm, &c->reqs[c->nreqs])
                  : MPI_Irecv(p, n, dt, peer, MPI_P2P_TAG, c->comm, &c->reqs[c->nreqs]);
     if (rc != MPI_SUCCESS) r = mpi_error_set(c, rc, is_send ? "MPI_Isend" : "MPI_Irecv");
-    else c->nreqs++;
+    else {
+      c->req_dt[c->nreqs] = dt;
+      c->req_count[c->nreqs++] = is_send ? -1 : n;
+    }
     off += (size_t)n;
   }
   if (grouped) {

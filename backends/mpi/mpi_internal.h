@@ -32,6 +32,8 @@ struct ul_backend_comm {
   pthread_mutex_t lock;           /* guards the group request list and allocations */
   int group_depth;
   MPI_Request *reqs;
+  int *req_count;                 /* per request: elements a receive expects, -1 a send */
+  MPI_Datatype *req_dt;           /* per request: its datatype (MPI_Get_count) */
   int nreqs, reqs_cap;
   ul_result_t group_rc;           /* first error of an open group */
   void **allocs;                  /* MPI_Alloc_mem blocks handed out by mem_alloc */
@@ -53,6 +55,8 @@ typedef struct mpi_global {
   int blocking;       /* UNILINK_MPI_BLOCKING: blocking MPI calls (no timeout/abort) */
   int64_t chunk;      /* largest element count per MPI call (UNILINK_MPI_CHUNK) */
   MPI_Op user_ops[UL_DTYPE_COUNT][UL_OP_COUNT]; /* MPI_OP_NULL where built-in */
+  volatile int trouble; /* a wait timed out, a peer was lost or a comm aborted: MPI_Finalize
+                           could wait forever for a dead peer, so exit skips it */
 } mpi_global_t;
 extern mpi_global_t mpi_g;
 
@@ -64,6 +68,9 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call);
 /* Poll requests to completion honouring c's timeout and abort flag (c NULL: timeout_ms). */
 ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
                         int timeout_ms);
+/* One idle step of a polling wait (abort, timeout, back-off); UL_OK: poll again. */
+ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
+                          unsigned *spins);
 MPI_Datatype mpi_dtype_of(ul_dtype_t d);
 double mpi_now_ms(void); /* CLOCK_MONOTONIC */
 MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
@@ -76,6 +83,15 @@ ul_result_t mpi_p2p_recv(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype
                          int peer, ul_backend_stream_t *s);
 ul_result_t mpi_p2p_group_start(ul_backend_comm_t *c);
 ul_result_t mpi_p2p_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s);
+
+/* mpi_vcoll.c */
+ul_result_t mpi_coll_alltoallv(ul_backend_comm_t *c, const void *sendbuf,
+                               const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                               const size_t *recvcounts, const size_t *rdispls, ul_dtype_t dtype,
+                               ul_backend_stream_t *s);
+ul_result_t mpi_coll_allgatherv(ul_backend_comm_t *c, const void *sendbuf, size_t sendcount,
+                                void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                                ul_dtype_t dtype, ul_backend_stream_t *s);
 
 /* mpi_rma.c */
 ul_result_t mpi_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr);

@@ -74,6 +74,11 @@ enum { CF_P2P_RING, CF_P2P_ALLPAIRS, CF_P2P_SELF, CF_P2P_ZERO, CF_P2P_PINGPONG }
 enum { CF_OS_PUT, CF_OS_GET, CF_OS_SIGNAL };
 enum { CF_SPLIT_EVENODD, CF_SPLIT_REVERSED, CF_SPLIT_NOCOLOR };
 enum { CF_STREAMS_TWO, CF_STREAMS_ORDERED };
-enum { CF_ERR_COLL, CF_ERR_P2P, CF_ERR_ONESIDED, CF_ERR_SPLIT };
+enum { CF_ERR_COLL, CF_ERR_P2P, CF_ERR_ONESIDED, CF_ERR_SPLIT, CF_ERR_VCOLL };
+/* errors_v.c: the vector collectives' invalid arguments (variant: index from 0). */
+#define CF_NVERR 12
+extern const char *const cf_verr_names[CF_NVERR];
+extern const int cf_verr_min_ranks[CF_NVERR];
+void cf_errors_vcoll(cf_ctx_t *ctx, int e);
 
 #endif

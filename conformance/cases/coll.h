@@ -19,6 +19,10 @@ typedef struct cf_coll_state {
   void *result;                /* region this rank verifies; NULL: nothing to verify */
   size_t result_elems;
   int send_is_input;           /* send holds this rank's input to check unchanged */
+  /* v-collectives (coll_vector.c): this rank's counts/displacements in elements, and
+   * vsrc[j] = where in rank j's send buffer the block for this rank starts */
+  size_t vsc[CF_MAX_RANKS], vsd[CF_MAX_RANKS], vrc[CF_MAX_RANKS], vrd[CF_MAX_RANKS];
+  size_t vsrc[CF_MAX_RANKS];
 } cf_coll_state_t;
 
 typedef struct cf_coll_desc {
@@ -34,6 +38,7 @@ typedef struct cf_coll_desc {
 extern const cf_coll_desc_t cf_coll_allreduce, cf_coll_reduce, cf_coll_reduce_scatter;
 extern const cf_coll_desc_t cf_coll_broadcast, cf_coll_allgather, cf_coll_alltoall,
     cf_coll_gather, cf_coll_scatter;
+extern const cf_coll_desc_t cf_coll_alltoallv, cf_coll_allgatherv;
 
 /* Allocate `elems` elements (guarded); poison when `poison`. */
 void *cf_coll_buf(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int poison);

@@ -53,6 +53,8 @@ static const cf_coll_desc_t *cf_coll_desc(int coll) {
   case UL_COLL_ALLTOALL: return &cf_coll_alltoall;
   case UL_COLL_GATHER: return &cf_coll_gather;
   case UL_COLL_SCATTER: return &cf_coll_scatter;
+  case UL_COLL_ALLTOALLV: return &cf_coll_alltoallv;
+  case UL_COLL_ALLGATHERV: return &cf_coll_allgatherv;
   default: return NULL;
   }
 }

@@ -57,6 +57,16 @@ static const err_def_t err_defs[E_COUNT] = {
 
 void cf_expand_errors(const cf_case_t *c, int n, const cf_opts_t *o,
                       const ul_backend_info_t *info, cf_emit_fn emit, void *arg) {
+  if (c->variant == CF_ERR_VCOLL) {
+    for (int e = 0; e < CF_NVERR; e++) {
+      if (n < cf_verr_min_ranks[e]) continue;
+      cf_inst_t in = cf_proto(c);
+      in.variant = e;
+      snprintf(in.name, sizeof in.name, "errors/%s", cf_verr_names[e]);
+      emit(arg, &in);
+    }
+    return;
+  }
   for (int e = 0; e < E_COUNT; e++) {
     if (err_defs[e].group != c->variant || n < err_defs[e].min_ranks) continue;
     cf_inst_t in = cf_proto(c);
@@ -254,6 +264,11 @@ static void errors_onesided(cf_ctx_t *ctx, int e) {
 void cf_case_errors(cf_ctx_t *ctx) {
   int e = ctx->inst->variant;
   if (cf_need(ctx, UL_COLL_ALLREDUCE, UL_INT32, UL_SUM)) return;
+  if (ctx->inst->c->variant == CF_ERR_VCOLL) {
+    cf_errors_vcoll(ctx, e);
+    if (!ctx->broken && ctx->status != CF_SKIP) err_after(ctx);
+    return;
+  }
   switch (err_defs[e].group) {
   case CF_ERR_COLL: errors_coll(ctx, e); break;
   case CF_ERR_P2P: errors_p2p(ctx, e); break;

@@ -26,6 +26,12 @@ const cf_case_t cf_cases[] = {
      UL_COLL_GATHER, "gather", 0},
     {"scatter/<dtype>/root=<r>/count=<n>/<place>", "coll", 0, 1, 0, cf_case_coll,
      cf_expand_coll, UL_COLL_SCATTER, "scatter", 0},
+    /* counts: the largest per-peer block; blocks are irregular (zeros included) and lie
+     * out of order with gaps */
+    {"alltoallv/<dtype>/count=<n>/outofplace", "coll", 0, 1, 0, cf_case_coll, cf_expand_coll,
+     UL_COLL_ALLTOALLV, "alltoallv", 0},
+    {"allgatherv/<dtype>/count=<n>/<place>", "coll", 0, 1, 0, cf_case_coll, cf_expand_coll,
+     UL_COLL_ALLGATHERV, "allgatherv", 0},
     {"barrier", "coll", 0, 1, 0, cf_case_barrier, cf_expand_single, UL_COLL_BARRIER, "barrier", 0},
     /* point to point */
     {"p2p/ring/<dtype>/count=<n>", "p2p", F_P2P, 1, 0, cf_case_p2p, cf_expand_p2p,
@@ -66,5 +72,7 @@ const cf_case_t cf_cases[] = {
      "errors", CF_ERR_ONESIDED},
     {"errors/<split error>", "errors", F_SPLIT, 1, 0, cf_case_errors, cf_expand_errors, -1,
      "errors", CF_ERR_SPLIT},
+    {"errors/<vector collective error>", "errors", 0, 1, 0, cf_case_errors, cf_expand_errors, -1,
+     "errors", CF_ERR_VCOLL},
 };
 const int cf_ncases = (int)(sizeof(cf_cases) / sizeof(cf_cases[0]));

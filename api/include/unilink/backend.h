@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 1
+#define UL_BACKEND_ABI_MINOR 2
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -123,6 +123,15 @@ typedef struct ul_backend_coll_ops {
   ul_result_t (*scatter)(ul_backend_comm_t *c, const void *sendbuf, void *recvbuf, size_t count,
                          ul_dtype_t dtype, int root, ul_backend_stream_t *s);
   ul_result_t (*barrier)(ul_backend_comm_t *c, ul_backend_stream_t *s);
+  /* ABI 1.2. Counts and displacements are in elements, nranks entries each, host
+   * memory, valid until the op returns (a native backend that defers work past its
+   * return copies what it needs). */
+  ul_result_t (*alltoallv)(ul_backend_comm_t *c, const void *sendbuf, const size_t *sendcounts,
+                           const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                           const size_t *rdispls, ul_dtype_t dtype, ul_backend_stream_t *s);
+  ul_result_t (*allgatherv)(ul_backend_comm_t *c, const void *sendbuf, size_t sendcount,
+                            void *recvbuf, const size_t *recvcounts, const size_t *displs,
+                            ul_dtype_t dtype, ul_backend_stream_t *s);
 } ul_backend_coll_ops_t;
 
 /** The backend table. Append new ops at the end only (struct_size gates them). */

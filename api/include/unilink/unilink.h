@@ -98,7 +98,9 @@ typedef enum ul_dtype {
   UL_DTYPE_COUNT = 12
 } ul_dtype_t;
 
-/** Reduction operators. avg = sum, then divided by the number of ranks. */
+/** Reduction operators, one meaning on every backend (docs/reliability.md). avg = sum,
+ *  then divided by the number of ranks. Integer sum/avg wrap modulo 2^bits (never
+ *  saturate). min/max on floats: NaN if any input is NaN, and -0 < +0. */
 typedef enum ul_op {
   UL_SUM = 0,
   UL_PROD = 1,
@@ -187,7 +189,9 @@ typedef enum ul_coll {
   UL_COLL_SCATTER = 7,
   UL_COLL_BARRIER = 8,
   UL_COLL_SENDRECV = 9, /**< point to point, for reporting */
-  UL_COLL_COUNT = 10
+  UL_COLL_ALLTOALLV = 10,
+  UL_COLL_ALLGATHERV = 11,
+  UL_COLL_COUNT = 12
 } ul_coll_t;
 
 /** Name of a collective kind ("allreduce"); NULL if unknown. */
@@ -281,16 +285,21 @@ UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config,
 UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *newcomm,
                                  const ul_config_t *config);
 
-/** Complete all operations issued on @p comm (collective). Then destroy is local.
- *  @return UL_OK; UL_ERR_INVALID_ARG; the communicator's error if it has one. */
+/** Complete all operations issued on @p comm, including work queued on its streams
+ *  (collective). Then destroy is local.
+ *  @return UL_OK; UL_ERR_INVALID_ARG; the first error of queued work; the
+ *  communicator's error if it has one. */
 UL_API ul_result_t ul_comm_finalize(ul_comm_t comm);
 /** Free local resources of @p comm. NULL is accepted (no-op). Streams still open on it
- *  finish their work and are released; their handles then accept only ul_stream_destroy.
- *  @return UL_OK. */
+ *  finish their queued work (bounded by the timeout) and are released; their handles then
+ *  accept only ul_stream_destroy. @return UL_OK; UL_ERR_INVALID_ARG for a handle that is
+ *  not a live communicator. */
 UL_API ul_result_t ul_comm_destroy(ul_comm_t comm);
 /** Abort: release every thread blocked on @p comm (they return UL_ERR_ABORTED) and
  *  free local resources without waiting for peers. Safe from any thread and any
- *  state; always returns promptly. @return UL_OK; UL_ERR_INVALID_ARG for NULL. */
+ *  state; always returns promptly. Idempotent: racing aborts (a watchdog and the main
+ *  thread) make one teardown, each returns UL_OK. @return UL_OK; UL_ERR_INVALID_ARG for
+ *  NULL or a handle already freed. */
 UL_API ul_result_t ul_comm_abort(ul_comm_t comm);
 
 /** Rank of the caller in @p comm. @return UL_OK or UL_ERR_INVALID_ARG. */
@@ -364,7 +373,8 @@ typedef struct ul_call_info {
   char path[32];          /**< data path: "threads", "shm-copy", "cma", "zero-copy", "p2p", ... */
   int fallback;           /**< 1 if the first choice could not run */
   char reason[192];       /**< why this choice: size thresholds, override, fallback cause */
-  size_t bytes;           /**< bytes per rank the call was sized by (count * dtype size) */
+  size_t bytes;           /**< bytes per rank the call was sized by (count * dtype size;
+                               alltoallv/allgatherv: the largest per-peer block) */
   double modeled_us;      /**< modeled duration (sim backend); 0 when not modeled */
   char selection[96];     /**< how the communicator's backend was chosen: "named: nccl",
                                "auto: host, the best available backend for host memory ..." */
@@ -430,6 +440,23 @@ UL_API ul_result_t ul_reduce_scatter(const void *sendbuf, void *recvbuf, size_t 
  *  UL_ERR_INVALID_ARG unless count is 0 or nranks is 1). */
 UL_API ul_result_t ul_alltoall(const void *sendbuf, void *recvbuf, size_t count,
                                ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream);
+/** Vector alltoall (MPI_Alltoallv): sendcounts[j] elements at sendbuf + sdispls[j]
+ *  go to rank j, landing at its recvbuf + rdispls[rank]; recvcounts[j] elements from
+ *  rank j land at recvbuf + rdispls[j]. Counts and displacements are in elements, one
+ *  per rank, in host memory (the data buffers follow the backend's memory rules).
+ *  sendcounts[j] on this rank must equal recvcounts[me] on rank j. Receive blocks must
+ *  not overlap each other; not in place (send and receive ranges must not overlap). */
+UL_API ul_result_t ul_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, ul_dtype_t dtype, ul_comm_t comm,
+                                ul_stream_t stream);
+/** Vector allgather (MPI_Allgatherv): rank j's sendcount elements land at
+ *  recvbuf + displs[j] on every rank; recvcounts[j] (host memory, one per rank, equal on
+ *  every rank) must equal rank j's sendcount. Receive blocks must not overlap. In place
+ *  when sendbuf == recvbuf + displs[rank] * size. */
+UL_API ul_result_t ul_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                 const size_t *recvcounts, const size_t *displs,
+                                 ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream);
 /** Root's recvbuf (nranks * count) gets every rank's sendbuf in rank order; recvbuf may
  *  be NULL off root. In place when sendbuf == recvbuf + root * count * size on root. */
 UL_API ul_result_t ul_gather(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
@@ -448,7 +475,10 @@ UL_API ul_result_t ul_barrier(ul_comm_t comm, ul_stream_t stream);
 /** Send count elements to @p peer. Matched in order with the peer's ul_recv from this
  *  rank with the same count and dtype. Concurrent sends and receives must be inside one
  *  ul_group_start/ul_group_end (as in NCCL); outside a group each call is its own group.
- *  A rank may send to itself inside a group. */
+ *  A rank may send to itself inside a group. Counts that differ (in bytes): the receiver
+ *  gets UL_ERR_MISMATCH (not sticky), its buffer holds the first min(sent, received)
+ *  bytes (mpi, longer message: unspecified, as MPI leaves it) and nothing past it is
+ *  written; the sender gets UL_OK. */
 UL_API ul_result_t ul_send(const void *buf, size_t count, ul_dtype_t dtype, int peer,
                            ul_comm_t comm, ul_stream_t stream);
 /** Receive count elements from @p peer. See ul_send. */
@@ -551,6 +581,16 @@ typedef struct ul_param_info {
 UL_API int ul_param_count(void);
 /** Describe parameter @p index. @return UL_OK or UL_ERR_INVALID_ARG. */
 UL_API ul_result_t ul_param_get(int index, ul_param_info_t *info);
+/** Type ("int" or "string") and owner ("core", "generic", a backend name, "test", or
+ *  "other" for a plugin's own) of parameter @p index; either pointer may be NULL. */
+UL_API ul_result_t ul_param_kind(int index, const char **type, const char **owner);
+
+/** Number of build options this library was compiled with (test hooks, sanitizers,
+ *  backends, compiler, ...). */
+UL_API int ul_build_option_count(void);
+/** Name and value (static text) of build option @p index, e.g. "test_hooks" / "off".
+ *  @return UL_OK or UL_ERR_INVALID_ARG. */
+UL_API ul_result_t ul_build_option_get(int index, const char **name, const char **value);
 
 /** Library version string "0.1.0". */
 UL_API const char *ul_version_string(void);

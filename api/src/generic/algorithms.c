@@ -3,6 +3,7 @@
  * backend's put/signal/wait/reduce/copy; the selection table at the end picks one. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -12,30 +13,10 @@
 
 #include "generic_internal.h"
 
-typedef struct algo_ctx {
-  ul__generic_t *g;
-  ul_comm_t c;
-  const ul_backend_ops_t *o;
-  const ul__coll_args_t *a;
-  ul_backend_stream_t *bs;
-  size_t esize;
-  ul_op_t rop; /* op used for the reduction itself (avg -> sum) */
-  int host;    /* buffers are host memory: the layer may load/store them itself */
-  int cma;     /* direct algorithm between processes: mapped (zero-copy) or single-copy */
-  int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
-  int nt_pull; /* after publish: pulled output is large, store it streaming */
-} algo_ctx_t;
-
-#define BC(x) ((x)->c->bcomm)
 #define REDUCE(x, dst, p, q, cnt) \
   (x)->o->reduce_local(BC(x), (dst), (p), (q), (cnt), (x)->a->dtype, (x)->rop, (x)->bs)
-#define COPY(x, dst, src, nbytes) (x)->o->copy_local(BC(x), (dst), (src), (nbytes), (x)->bs)
 #define SCALE(x, buf, cnt) \
   (x)->o->scale_avg(BC(x), (buf), (cnt), (x)->a->dtype, (x)->g->n, (x)->bs)
-
-static char *at(const void *base, size_t elems, size_t esize) {
-  return (char *)base + elems * esize;
-}
 
 /* Elements per pipelined chunk (at least one). */
 static size_t chunk_elems(algo_ctx_t *x) {
@@ -112,6 +93,20 @@ static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, 
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
       int err = got < 0 ? errno : EIO;
+      if (err == EFAULT) {
+        /* A live peer's buffer vanished mid-copy: it left the operation, typically
+         * because it saw another rank die first. Name the dead rank if one is gone. */
+        for (int p = 0; p < x->g->n; p++) {
+          pid_t pp = (pid_t)ul__mailbox(x->g, p)->pid;
+          if (p != x->g->me && pp > 0 && kill(pp, 0) != 0 && errno == ESRCH)
+            return ul__comm_set_error(
+                x->c, UL_ERR_PEER_LOST,
+                "%s #%llu: peer rank %d (pid %d) was lost: rank %d left the operation and "
+                "freed the buffer being copied (%s: Bad address)",
+                x->g->opname ? x->g->opname : "operation", (unsigned long long)x->g->seq, p,
+                (int)pp, peer, write ? "process_vm_writev" : "process_vm_readv");
+        }
+      }
       return ul__comm_set_error(x->c, err == ESRCH ? UL_ERR_PEER_LOST : UL_ERR_SYSTEM,
                                 "%s #%llu: %s of %zu bytes %s rank %d (pid %d) failed: %s",
                                 x->g->opname ? x->g->opname : "operation",
@@ -799,7 +794,8 @@ static ul_result_t direct_reduce_scatter(algo_ctx_t *x) {
 enum {
   NEED_NONE = 0,
   NEED_DIRECT = 1, /* peers' user buffers reachable: load/store (threads) or single-copy */
-  NEED_SHARED = 2  /* peers' scratch load/store reachable (shared memory) */
+  NEED_SHARED = 2, /* peers' scratch load/store reachable (shared memory) */
+  NEED_LOAD_STORE = 3 /* peers' user buffers load/store reachable (threads) */
 };
 
 typedef struct algo_entry {
@@ -834,6 +830,10 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_SCATTER, "direct", NEED_DIRECT, direct_scatter},
     {UL_COLL_SCATTER, "linear", NEED_NONE, linear_scatter},
     {UL_COLL_BARRIER, "signal", NEED_NONE, signal_barrier},
+    {UL_COLL_ALLTOALLV, "direct", NEED_LOAD_STORE, ul__direct_alltoallv},
+    {UL_COLL_ALLTOALLV, "pairwise", NEED_NONE, ul__pairwise_alltoallv},
+    {UL_COLL_ALLGATHERV, "direct", NEED_LOAD_STORE, ul__direct_allgatherv},
+    {UL_COLL_ALLGATHERV, "pairwise", NEED_NONE, ul__pairwise_allgatherv},
 };
 #define NALGOS (sizeof algorithms / sizeof algorithms[0])
 
@@ -864,6 +864,7 @@ static const algo_entry_t *find_algo(ul_coll_t coll, const char *name) {
 static int needs_met(const ul__generic_t *g, int needs) {
   if (needs == NEED_DIRECT) return g->load_store || g->cma;
   if (needs == NEED_SHARED) return g->shared_scratch;
+  if (needs == NEED_LOAD_STORE) return g->load_store;
   return 1;
 }
 
@@ -909,7 +910,7 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              "synchronisation",
              al->run == staged_small ? staged_bytes(x) : bytes, oneshot_limit(g, al),
              oneshot_limit(g, al) < g->oneshot_bytes ? " x (cores/ranks)^2" : "");
-  else if (al->needs == NEED_DIRECT && g->load_store)
+  else if ((al->needs == NEED_DIRECT || al->needs == NEED_LOAD_STORE) && g->load_store)
     snprintf(r, rl, "%sranks share an address space: direct reads/writes of peers' buffers%s",
              over, x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
   else if (al->needs == NEED_DIRECT)
@@ -917,6 +918,9 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              "%sprocess ranks: single-copy reads/writes of peers' buffers with "
              "process_vm_readv/writev",
              over);
+  else if (x->a->coll == UL_COLL_BARRIER)
+    snprintf(r, rl, "barrier: one signal to every peer, then wait for theirs (the only "
+                    "barrier of the generic layer)");
   else if (x->a->coll == UL_COLL_ALLREDUCE)
     snprintf(r, rl, "%zu bytes %s %zu through scratch channels", bytes,
              is_oneshot(al) ? "<=" : ">",
@@ -937,7 +941,9 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
   size_t bytes = a->count * x.esize;
-  int zero = a->coll != UL_COLL_BARRIER && a->count == 0; /* alike on every rank */
+  /* alike on every rank */
+  int zero = ul__is_vcoll(a->coll) ? ul__vcoll_zero(a, comm->nranks)
+                                   : a->coll != UL_COLL_BARRIER && a->count == 0;
   const algo_entry_t *al = NULL;
   if (forced) {
     al = find_algo(a->coll, forced);
@@ -953,6 +959,8 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                 forced, ul_coll_name(a->coll),
                                 al->needs == NEED_SHARED
                                     ? "load/store each other's scratch memory"
+                                : al->needs == NEED_LOAD_STORE
+                                    ? "load/store each other's buffers (thread ranks only)"
                                     : "reach each other's buffers (no shared address space, no "
                                       "process_vm_readv)",
                                 comm->props.path);

@@ -5,6 +5,9 @@
  *   [mailbox: 64 B, this rank's published buffer pointers (direct algorithms)]
  *   [slots: nranks x slot_bytes; slot j receives chunks from rank j, NBUF buffers each]
  *   [work: chunk_bytes, local accumulator]
+ *   [one-shot staging: 2 x oneshot_bytes]
+ *   [headers: n x NBUF words; word (j, b): length of the p2p message whose first chunk
+ *    rank j put in buffer b of slot j (host-memory scratch only)]
  * Signal indices of the scratch window (counters only grow; state below tracks them):
  *   DATA(j) = j        chunk from rank j landed in my slot j
  *   CREDIT(j) = n + j  rank j released a buffer of its slot for me
@@ -38,9 +41,7 @@ static ul_result_t generic_probe_processes(ul__generic_t *g) {
   mb->pid = (int32_t)getpid();
   mb->cma_ok = 0;
   mb->ncpu = g->ncpu;
-  int want = (int)ul__param_int("CMA", 1,
-                                "single-copy transfers between process ranks with "
-                                "process_vm_readv/writev (0: off, copy through shared memory)");
+  int want = (int)ul__param_get_int(UL__P_CMA);
   UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
   int ok = want != 0;
   for (int p = 0; p < g->n && ok; p++) {
@@ -83,8 +84,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->comm = comm;
   g->n = n;
   g->me = comm->rank;
-  size_t chunk = (size_t)ul__param_int("CHUNK_BYTES", 256 * 1024,
-                                       "bytes per pipelined chunk of the generic algorithms");
+  size_t chunk = (size_t)ul__param_get_int(UL__P_CHUNK_BYTES);
   if (chunk < 4096) chunk = 4096;
   /* Keep scratch bounded for many ranks: at most ~8 MiB of slots per rank. */
   while (chunk > 16384 && (size_t)n * UL__NBUF * chunk > ((size_t)8 << 20)) chunk /= 2;
@@ -96,14 +96,13 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
   /* One-shot staging: two buffers (even/odd epochs) that peers read in place, so a
    * small allreduce needs a single synchronisation (see algorithms.c). */
-  size_t os = (size_t)ul__param_int("ONESHOT_BYTES", 32 * 1024,
-                                    "largest message (bytes) of the single-sync one-shot "
-                                    "allreduce of the generic layer (0: off)");
+  size_t os = (size_t)ul__param_get_int(UL__P_ONESHOT_BYTES);
   if (os > ((size_t)1 << 20)) os = (size_t)1 << 20;
   os = (os + 63) & ~(size_t)63;
   g->oneshot_off = g->work_off + chunk;
   g->oneshot_bytes = os;
-  g->scratch_size = g->oneshot_off + 2 * os;
+  g->hdr_off = g->oneshot_off + 2 * os;
+  g->scratch_size = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -145,9 +144,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->zcopy = !g->load_store && g->shared_scratch &&
              !ul__op_is_stub((const void *)o->mem_export) &&
              !ul__op_is_stub((const void *)o->mem_import) &&
-             ul__param_int("ZERO_COPY", 1,
-                           "process ranks read and write each other's ul_mem_alloc buffers "
-                           "in place (0: single-copy or staged only)") != 0;
+             ul__param_get_int(UL__P_ZERO_COPY) != 0;
   /* Process-wide, so thread ranks agree; process ranks agree in the probe below. */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   g->ncpu = ncpu > 0 ? (int)ncpu : 1;
@@ -392,7 +389,7 @@ const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p) {
 /* ------------------------------------------------------- point to point */
 
 static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *deadline,
-                            ul__p2p_op_t *ops, int nops, size_t *done) {
+                            ul__p2p_op_t *ops, int nops, const unsigned char *fin) {
   ul_comm_t c = g->comm;
   if (__atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE))
     return ul__comm_set_error(c, UL_ERR_ABORTED, "group #%llu: communicator aborted",
@@ -418,7 +415,7 @@ static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *
       char list[256] = "";
       size_t len = 0;
       for (int i = 0; i < nops && len < sizeof list - 24; i++)
-        if (done[i] < ops[i].bytes || (ops[i].bytes == 0 && done[i] == 0))
+        if (!fin[i])
           len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %d", len ? ", " : "",
                                   ops[i].is_send ? "send to" : "recv from", ops[i].peer);
       return ul__comm_set_error(c, UL_ERR_TIMEOUT,
@@ -436,8 +433,17 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
                                     comm->backend->ops.name);
   const ul_backend_ops_t *o = &comm->backend->ops;
   g->opname = "group";
-  size_t *done = calloc((size_t)nops + 1, sizeof *done);
-  if (!done) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "group: out of memory");
+  /* per op: bytes moved, message length (a receive learns it from the header), started,
+   * finished */
+  size_t *done = calloc(2 * ((size_t)nops + 1), sizeof *done);
+  unsigned char *fin = calloc(2 * ((size_t)nops + 1), 1);
+  if (!done || !fin) {
+    free(done);
+    free(fin);
+    return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "group: out of memory");
+  }
+  size_t *mlen = done + nops + 1;
+  unsigned char *started = fin + nops + 1;
   ul_result_t rc = UL_OK;
   /* Self sends pair with self receives in order: a local copy. */
   int si = 0, ri = 0;
@@ -446,31 +452,39 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
     while (ri < nops && !(!ops[ri].is_send && ops[ri].peer == g->me)) ri++;
     if (si >= nops || ri >= nops) break;
     if (ops[si].bytes != ops[ri].bytes) {
-      rc = ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
+      rc = ul__comm_set_error(comm, UL_ERR_MISMATCH,
                               "group: send to self of %zu bytes matched with a receive from self "
-                              "of %zu bytes",
+                              "of %zu bytes: send and recv counts must be equal",
                               ops[si].bytes, ops[ri].bytes);
       goto out;
     }
     if (ops[si].bytes) UL_CHECK_GOTO(o->copy_local(comm->bcomm, ops[ri].buf, ops[si].buf, ops[si].bytes, bs), rc, out);
-    done[si] = done[ri] = ops[si].bytes ? ops[si].bytes : 1;
+    fin[si] = fin[ri] = 1;
     si++;
     ri++;
   }
   for (int i = 0; i < nops; i++)
-    if (ops[i].peer == g->me && !done[i]) {
+    if (ops[i].peer == g->me && !fin[i]) {
       rc = ul__comm_set_error(comm, UL_ERR_INVALID_USAGE, "group: %s self has no matching %s",
                               ops[i].is_send ? "send to" : "receive from",
                               ops[i].is_send ? "receive" : "send");
       goto out;
     }
-  /* Zero-byte operations are complete by definition (both sides skip them). */
-  for (int i = 0; i < nops; i++)
-    if (ops[i].bytes == 0 && !done[i]) done[i] = 1;
+  /* Framed messages (host-memory scratch): the first chunk of every message, a zero-byte
+   * one included, carries the message's length in the receiver's header word, so a
+   * receive of another length consumes exactly the sender's message (both sides stay in
+   * step), copies at most its own count and ends in UL_ERR_MISMATCH (MPI's truncation
+   * rule, also for short messages). Device scratch is not CPU-readable: there zero-byte
+   * operations are complete by definition and lengths are not checked. */
+  int framed = g->shared_scratch && g->can_poll;
+  for (int i = 0; i < nops; i++) {
+    mlen[i] = ops[i].bytes;
+    if (ops[i].bytes == 0 && !framed) fin[i] = 1;
+  }
   if (!g->can_poll) {
     /* No way to test signals: blocking order, sends first (bounded by NBUF chunks). */
     for (int i = 0; i < nops; i++) {
-      if (done[i]) continue;
+      if (fin[i]) continue;
       for (size_t off = 0; off < ops[i].bytes; off += g->chunk_bytes) {
         size_t len = ops[i].bytes - off < g->chunk_bytes ? ops[i].bytes - off : g->chunk_bytes;
         if (ops[i].is_send) {
@@ -482,7 +496,7 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
           UL_CHECK_GOTO(ul__ch_recv_end(g, ops[i].peer, bs), rc, out);
         }
       }
-      done[i] = ops[i].bytes;
+      fin[i] = 1;
     }
     goto out;
   }
@@ -495,20 +509,19 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
     deadline.tv_nsec -= 1000000000L;
   }
   unsigned spins = 0;
+  ul_result_t mismatch = UL_OK;
   for (;;) {
     int pending = 0, progress = 0;
     for (int i = 0; i < nops; i++) {
-      if (done[i] >= ops[i].bytes && done[i]) continue;
+      if (fin[i]) continue;
       pending++;
       /* Operations to one peer in one direction progress in issue order. */
       int blocked = 0;
       for (int j = 0; j < i; j++)
-        if (ops[j].peer == ops[i].peer && ops[j].is_send == ops[i].is_send &&
-            !(done[j] >= ops[j].bytes && done[j]))
-          blocked = 1;
+        if (ops[j].peer == ops[i].peer && ops[j].is_send == ops[i].is_send && !fin[j]) blocked = 1;
       if (blocked) continue;
       size_t off = done[i];
-      size_t len = ops[i].bytes - off < g->chunk_bytes ? ops[i].bytes - off : g->chunk_bytes;
+      size_t len = mlen[i] - off < g->chunk_bytes ? mlen[i] - off : g->chunk_bytes;
       int peer = ops[i].peer;
       if (ops[i].is_send) {
         uint64_t k = g->sent[peer];
@@ -517,16 +530,43 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
           UL_CHECK_GOTO(o->read_signal(comm->bcomm, g->win, UL__SIG_CREDIT(g, peer), &v), rc, out);
           if (v < k - UL__NBUF + 1) continue;
         }
+        if (framed && off == 0) {
+          /* ordered before the data signal by its seq_cst add */
+          uint64_t *h = (uint64_t *)((char *)g->peer_bases[peer] + g->hdr_off);
+          __atomic_store_n(&h[(size_t)g->me * UL__NBUF + k % UL__NBUF], (uint64_t)ops[i].bytes,
+                           __ATOMIC_RELEASE);
+        }
         UL_CHECK_GOTO(ul__ch_send(g, peer, (char *)ops[i].buf + off, len, bs), rc, out);
       } else {
         uint64_t v = 0;
         UL_CHECK_GOTO(o->read_signal(comm->bcomm, g->win, UL__SIG_DATA(g, peer), &v), rc, out);
         if (v < g->recvd[peer] + 1) continue;
+        if (framed && off == 0 && !started[i]) {
+          const uint64_t *h = (const uint64_t *)((char *)g->scratch + g->hdr_off);
+          uint64_t sent = __atomic_load_n(&h[(size_t)peer * UL__NBUF + g->recvd[peer] % UL__NBUF],
+                                          __ATOMIC_ACQUIRE);
+          started[i] = 1;
+          if (sent != ops[i].bytes) {
+            if (mismatch == UL_OK)
+              mismatch = ul__comm_set_error(
+                  comm, UL_ERR_MISMATCH,
+                  "group #%llu: recv of %zu bytes from rank %d matched a send of %llu bytes: "
+                  "send and recv counts must be equal; the receive buffer holds the first %zu "
+                  "bytes, nothing past it was written",
+                  (unsigned long long)g->seq, ops[i].bytes, peer, (unsigned long long)sent,
+                  (size_t)(sent < ops[i].bytes ? sent : ops[i].bytes));
+            mlen[i] = (size_t)sent;
+            len = mlen[i] < g->chunk_bytes ? mlen[i] : g->chunk_bytes;
+          }
+        }
         void *p = (char *)g->scratch + ul__slot_offset(g, peer, g->recvd[peer]);
-        UL_CHECK_GOTO(o->copy_local(comm->bcomm, (char *)ops[i].buf + off, p, len, bs), rc, out);
+        size_t room = off < ops[i].bytes ? ops[i].bytes - off : 0;
+        size_t copy = len < room ? len : room;
+        if (copy) UL_CHECK_GOTO(o->copy_local(comm->bcomm, (char *)ops[i].buf + off, p, copy, bs), rc, out);
         UL_CHECK_GOTO(ul__ch_recv_end(g, peer, bs), rc, out);
       }
       done[i] = off + len;
+      if (done[i] >= mlen[i]) fin[i] = 1;
       progress = 1;
     }
     if (!pending) break;
@@ -534,9 +574,11 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
       spins = 0;
       continue;
     }
-    UL_CHECK_GOTO(p2p_idle(g, &spins, &deadline, ops, nops, done), rc, out);
+    UL_CHECK_GOTO(p2p_idle(g, &spins, &deadline, ops, nops, fin), rc, out);
   }
+  rc = mismatch;
 out:
   free(done);
+  free(fin);
   return rc;
 }

@@ -23,6 +23,7 @@ typedef struct ul__mailbox {
   uint64_t send_handle, recv_handle;
   uint64_t send_offset, recv_offset;
   uint64_t entered; /* collectives this rank has entered (names absent ranks on timeout) */
+  const size_t *vec; /* direct alltoallv between threads: this rank's sdispls */
 } ul__mailbox_t;
 #define UL__STAGE_SLOTS 16 /* small staging slots: 2 x oneshot_bytes split in 16 */
 #define UL__MAILBOX_BYTES 128 /* room reserved at the start of the scratch */
@@ -48,6 +49,7 @@ typedef struct ul__generic {
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
   int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
   size_t oneshot_off, oneshot_bytes; /* staging area of 2 x oneshot_bytes per rank */
+  size_t hdr_off; /* n x NBUF words: the length of the p2p message a chunk starts */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algorithms.c, staged_reads): */
@@ -63,6 +65,38 @@ typedef struct ul__generic {
   size_t reason_bytes;
   char reason[192];
 } ul__generic_t;
+
+/* One collective call as an algorithm sees it (algorithms.c, vcoll.c). */
+typedef struct ul__algo_ctx {
+  ul__generic_t *g;
+  ul_comm_t c;
+  const ul_backend_ops_t *o;
+  const ul__coll_args_t *a;
+  ul_backend_stream_t *bs;
+  size_t esize;
+  ul_op_t rop; /* op used for the reduction itself (avg -> sum) */
+  int host;    /* buffers are host memory: the layer may load/store them itself */
+  int cma;     /* direct algorithm between processes: mapped (zero-copy) or single-copy */
+  int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
+  int nt_pull; /* after publish: pulled output is large, store it streaming */
+} algo_ctx_t;
+
+#define BC(x) ((x)->c->bcomm)
+#define COPY(x, dst, src, nbytes) (x)->o->copy_local(BC(x), (dst), (src), (nbytes), (x)->bs)
+
+static inline char *at(const void *base, size_t elems, size_t esize) {
+  return (char *)base + elems * esize;
+}
+
+/* vcoll.c: the vector collectives. direct: peers' buffers by load/store (threads);
+ * pairwise: n-1 exchange steps over the channels. */
+UL__HIDDEN ul_result_t ul__direct_alltoallv(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__pairwise_alltoallv(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_allgatherv(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__pairwise_allgatherv(algo_ctx_t *x);
+/* 1 when the call moves nothing on any rank (allgatherv: all recvcounts 0; alltoallv
+ * cannot tell locally, so never). */
+UL__HIDDEN int ul__vcoll_zero(const ul__coll_args_t *a, int nranks);
 
 UL__HIDDEN void ul__generic_fini_state(ul__generic_t *g);
 UL__HIDDEN ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer,
