@@ -37,6 +37,7 @@ typedef struct bench_opts {
   int blocking, average, nthreads, ngpus, timeout_s, per_iter, per_iter_skip;
   int cputime, timestamps, unalign, model_iters, verbose;
   int perf_name;            /* started as all_reduce_perf etc. */
+  int sync_per_call;        /* --sync-per-call: barrier, one timed call; time = median of max over ranks */
   int extra_columns;        /* --extra-columns: %roof/algorithm in data rows (not strict) */
   const char *prog;         /* nccl-tests program name printed in the banner/footer */
   const char *json, *plot;
@@ -55,6 +56,7 @@ typedef struct bench_side {
   int64_t wrong;    /* -1: not checked */
   int have_stats;
   bench_stats_t stats; /* microseconds */
+  double sync_mean_us; /* --sync-per-call: mean of the per-call max over ranks (0: not run so) */
   double *iter_us;     /* per-iteration (max over ranks), iters entries */
   double *proc_us;     /* under mpirun: nranks x iters (each process's own times) */
   int nproc_rows;

@@ -278,13 +278,19 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
   /* one untimed call so every rank starts the timed loop in step */
   if (bench_barrier(r, T->t) || bench_issue(T, 1) || bench_barrier(r, T->t)) return -1;
 
-  int per_iter = o->per_iter;
+  int sync = o->sync_per_call && !r->modeled; /* a modeled call has no skew to synchronize */
+  int per_iter = o->per_iter || sync;
   double *it_us = T->mine + 3; /* mine = [time, measured, modeled, iters...] per rank */
   int k = 3 + (per_iter ? iters : 0);
   double modeled_sum = 0.0, excluded = 0.0;
   int wait_each = per_iter || o->blocking != 0 || r->modeled;
   double t0 = bench_now();
   for (int it = 0; it < iters; it++) {
+    if (sync) {
+      double tb = bench_now();
+      if (bench_barrier(r, T->t)) return -1;
+      excluded += bench_now() - tb; /* only the call is timed */
+    }
     double ti = bench_now();
     double mod_it = 0.0;
     for (int a = 0; a < agg; a++) {
@@ -364,6 +370,13 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
         }
         int skip = o->per_iter_skip < iters ? o->per_iter_skip : 0;
         S->have_stats = bench_stats(S->iter_us + skip, iters - skip, &S->stats) == 0;
+        if (sync && S->have_stats) {
+          /* each call's time is its slowest rank's; the median resists preemption */
+          S->time_us = S->stats.median;
+          S->sync_mean_us = S->stats.mean;
+          bench_bw(o->op, T->calls[0].counts.paramcount, T->calls[0].es, S->time_us * 1e-6,
+                   r->nranks, &S->algbw, &S->busbw);
+        }
       }
     }
   }

@@ -27,6 +27,8 @@ void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r) {
   if (o->blocking == 2) printf("# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");
   if (o->blocking == 3)
     printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
+  if (o->sync_per_call)
+    printf("# Synchronized per call: barrier, one timed call, max over ranks; time = median of %d calls \n", o->iters);
   if (o->per_iter) {
     printf("# Per-Iteration Report: host wall-clock timing; i_* uses max over process rows");
     if (o->per_iter_skip) printf("; summary skips first %d iterations", o->per_iter_skip);
@@ -208,14 +210,18 @@ void bench_print_row(const bench_run_t *r, const bench_row_t *row) {
 /* What the library chose per size (and %roof), as comments after the table. */
 void bench_print_extras(const bench_run_t *r) {
   if (r->o->extra_columns || r->nrows == 0) return;
-  printf("#\n# unilink per size [%s]: size, algorithm (out-of-place)%s\n", r->backend,
-         r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw, shown at most 100)" : "");
+  printf("#\n# unilink per size [%s]: size, algorithm (out-of-place)%s%s\n", r->backend,
+         r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw, shown at most 100)" : "",
+         r->o->sync_per_call ? ", mean time (us, out-of-place)" : "");
   for (int i = 0; i < r->nrows; i++) {
     const bench_row_t *row = &r->rows[i];
     char roof[16] = "";
     if (r->membw > 0) bench_roof_str(row->roof_pct, roof, sizeof roof);
-    printf("# %10zu  %-24s%s  %s\n", row->bytes, row->algorithm[0] ? row->algorithm : "-",
-           row->fallback ? "(fallback)" : "", roof);
+    char mean[24] = "";
+    if (r->o->sync_per_call && row->side[0].sync_mean_us > 0)
+      snprintf(mean, sizeof mean, "  %.2f", row->side[0].sync_mean_us);
+    printf("# %10zu  %-24s%s  %s%s\n", row->bytes, row->algorithm[0] ? row->algorithm : "-",
+           row->fallback ? "(fallback)" : "", roof, mean);
   }
 }
 

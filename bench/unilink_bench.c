@@ -32,6 +32,8 @@ static void bench_usage(FILE *f, const char *prog) {
           "\t[--backends a,b:opts,...] [--backend name] (default: $UNILINK_BACKEND or host)\n"
           "\t[--plot FILE.png] [--model-iters N (timed iterations on modeled backends, default 2)]\n"
           "\t[--extra-columns (%%roof and algorithm as data columns: breaks strict 13-field parsers)]\n"
+          "\t[--sync-per-call (barrier, then one timed call, max over ranks; time = median, mean in\n"
+          "\t  the per-size comments: what a latency-bound code sees; default: nccl-tests' back to back)]\n"
           "\t[--verbose] [-h,--help]\n"
           "  As all_reduce_perf, all_gather_perf, ... hypercube_perf (links to unilink-bench) the\n"
           "  collective is the program name and the defaults are nccl-tests' (-t 1).\n"
@@ -65,7 +67,7 @@ static int bench_add_backend(bench_opts_t *o, const char *list) {
 /* Returns -1 to continue, else an exit code. */
 static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
   enum { OPT_RANKS = 1000, OPT_BACKENDS, OPT_BACKEND, OPT_PLOT, OPT_MODEL_ITERS, OPT_VERBOSE,
-         OPT_EXTRA };
+         OPT_EXTRA, OPT_SYNC };
   static const struct option longopts[] = {
       {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
       {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
@@ -88,7 +90,8 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
       {"backend", required_argument, 0, OPT_BACKEND}, {"plot", required_argument, 0, OPT_PLOT},
       {"model-iters", required_argument, 0, OPT_MODEL_ITERS},
       {"verbose", no_argument, 0, OPT_VERBOSE},
-      {"extra-columns", no_argument, 0, OPT_EXTRA}, {0, 0, 0, 0}};
+      {"extra-columns", no_argument, 0, OPT_EXTRA},
+      {"sync-per-call", no_argument, 0, OPT_SYNC}, {0, 0, 0, 0}};
   const char *prog = "unilink-bench";
   long v;
   int have_dtype = 0, have_op = 0;
@@ -181,6 +184,7 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
       break;
     case OPT_VERBOSE: o->verbose = 1; break;
     case OPT_EXTRA: o->extra_columns = 1; break;
+    case OPT_SYNC: o->sync_per_call = 1; break;
     case 'p': case 'y': case 'G': case 'R': case 'x': case 'D': case 'V': case 'M':
       break; /* CUDA/NCCL-specific: accepted so nccl-tests command lines still run */
     case 'h':

@@ -117,6 +117,19 @@ def main():
     one_gate("single", res, avg_busbw(res["rows"]))
     check(len(res["devices"]) == 2, "single: device lines %s" % res["devices"])
 
+    # 1b. synchronized per call (issue 18's second timing method): same strict table,
+    # the method named in the preamble, each size's mean in the per-size comments
+    p = run([bench, "allreduce", "--backend", "host", "--sync-per-call"] + small, cwd=a.workdir)
+    check(p.returncode == 0, "sync-per-call: exit %d %s" % (p.returncode, p.stderr))
+    res = strict("sync-per-call", p.stdout)
+    check(len(res["rows"]) == 5, "sync-per-call: %d rows" % len(res["rows"]))
+    one_gate("sync-per-call", res, avg_busbw(res["rows"]))
+    check("# Synchronized per call" in p.stdout, "sync-per-call: method not named")
+    means = [l.split() for l in p.stdout.splitlines()
+             if l.startswith("# ") and len(l.split()) == 5 and l.split()[1].isdigit()]
+    check(len(means) == 5 and all(float(m[4]) > 0 for m in means),
+          "sync-per-call: per-size mean missing %s" % means)
+
     # 2. side by side: one block per backend, one gate line (host's), comparison on '#'
     p = run([bench, "allreduce", "--backends", "sim:dgx-h100,host"] + small, cwd=a.workdir)
     check(p.returncode == 0, "side by side: exit %d %s" % (p.returncode, p.stderr))
