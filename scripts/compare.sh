@@ -20,7 +20,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Only the programs and plugins the report runs: a full build (fuzzers, every test) would
 # not fit the 2-minute budget on 2 cores. GPU plugins only when their target exists.
 targets="unilink-bench unilink-model unilink-info"
-for t in unilink-mpi unilink-nccl unilink-cuda unilink-ze; do
+for t in unilink-mpi raw_mpi_bench unilink-nccl unilink-cuda unilink-ze; do
   if cmake --build "$build" --target help 2>/dev/null | grep -q "\.\.\. $t\$"; then
     case $t in
       unilink-nccl|unilink-cuda) command -v nvidia-smi >/dev/null 2>&1 || continue ;;

@@ -165,15 +165,18 @@ def measure(tools, raw, quick, gpus_here):
     colls = COLLECTIVES[:1] if quick else COLLECTIVES
     mpirun = shutil.which("mpirun")
     mpi_plugin = os.path.exists(os.path.join(tools.build, "lib", "libunilink-mpi.so"))
+    raw_mpi = os.access(os.path.join(tools.bin, "raw_mpi_bench"), os.X_OK)
+    mpi_launch, ompi = [], False
+    if mpirun:
+        ompi = "open mpi" in subprocess.run([mpirun, "--version"], capture_output=True,
+                                            text=True).stdout.lower()
+        # MPICH's hydra has no --bind-to core
+        mpi_launch = [mpirun, "--bind-to", "core", "-np", "2"] if ompi else [mpirun, "-np", "2"]
     for coll in colls:
         jobs = [("host (2 threads)", "host", [], ["-t", "2"], "host")]
         if mpirun and mpi_plugin:
-            launch = [mpirun, "--bind-to", "core", "-np", "2"]
-            if "open mpi" not in subprocess.run([mpirun, "--version"], capture_output=True,
-                                                text=True).stdout.lower():
-                launch = [mpirun, "-np", "2"]  # MPICH's hydra has no --bind-to core
             jobs.append(({"host": "host (2 processes)", "mpi": "mpi backend (Open MPI, 2 processes)"},
-                         "host,mpi", launch, [], "mpirun"))
+                         "host,mpi", mpi_launch, [], "mpirun"))
         for gpu_backend in ("nccl", "cuda", "ze"):
             if backends.get(gpu_backend, ("",))[0] == "available":
                 n = max(1, gpus_here)
@@ -195,7 +198,23 @@ def measure(tools, raw, quick, gpus_here):
                                  error="" if rows else "no rows for this backend (see raw output)",
                                  raw=name + ".txt", json=name + ".json",
                                  command=" ".join(launch + ["unilink-bench", coll, "--backends", blist] + sizes + iters + extra)))
+        if mpirun and raw_mpi:
+            # the same collective straight on MPI, same launcher, sizes and iterations: what
+            # the host and mpi backends are measured against
+            runs.append(_raw_mpi_run(tools, coll, mpi_launch, sizes + iters, ompi))
     return runs
+
+
+def _raw_mpi_run(tools, coll, launch, args, ompi):
+    name = f"bench-{coll}-raw-mpi"
+    run = dict(collective=coll, label=f"raw {'Open MPI' if ompi else 'MPI'} (2 processes)",
+               backend="raw-mpi", tool="raw_mpi_bench", raw=name + ".txt",
+               command=" ".join(launch + ["raw_mpi_bench", coll] + args))
+    try:
+        rows, _ = tools.raw_mpi(coll, args, launch, name=name)
+        return dict(run, rows=rows, error="")
+    except ToolError as e:
+        return dict(run, rows=[], error=str(e))
 
 
 def model_sweeps(tools, systems, ranks, quick):

@@ -160,7 +160,8 @@ def _sections(data):
          "unilink-bench, nccl-tests out-of-place columns. The host backend moves data through "
          "this machine's memory: it is a baseline for the software, not an interconnect "
          "alternative to NVLink. The mpi row is unilink's mpi backend over Open MPI's native "
-         "collectives under mpirun (no separate raw-MPI benchmark exists yet).",
+         "collectives under mpirun; the raw MPI row is the same collective called straight "
+         "on MPI (raw_mpi_bench, no unilink) with the same launcher, sizes and iterations.",
          [("table", _measured_rows(data))]),
         (f"2. Modeled: one {data['modeled_ranks']}-GPU node per interconnect",
          "unilink-model collective, the model's own algorithm choice. busbw in GB/s at "

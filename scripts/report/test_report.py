@@ -2,7 +2,8 @@
 """Tests of the comparison report (label report).
 
 NumbersTest: the report's numbers equal what the CLIs print for the same settings
-(unilink-model collective and train rerun here; unilink-bench's own printed table).
+(unilink-model collective and train rerun here; unilink-bench's and raw_mpi_bench's own
+printed tables).
 ChromiumTest: Debian's headless Chromium opens report.html; every plot rendered and the
 page fetched no resource. Both read one report made with --quick --json, either in
 $UNILINK_REPORT_DIR (made there if absent) or in a temporary folder.
@@ -92,12 +93,19 @@ class NumbersTest(unittest.TestCase):
         r = report()
         runs = [m for m in r["measured"] if m["rows"]]
         self.assertTrue(runs, "nothing measured")
+        if shutil.which("mpirun") and os.access(os.path.join(BUILD, "bin", "raw_mpi_bench"),
+                                                os.X_OK):
+            raw = [m for m in runs if m.get("tool") == "raw_mpi_bench"]
+            self.assertTrue(raw, "no raw MPI line though raw_mpi_bench and mpirun are here")
+            self.assertTrue(all(m["label"].startswith("raw ") for m in raw))
         for m in runs:
             text = open(os.path.join(r["dir"], "raw", m["raw"])).read()
             # The bench's own table: rows of >= 13 fields, after '# Backend: <name>' (or,
             # side by side, the first block of that backend); out-of-place busbw is field 8.
             # A side-by-side table (time[b] busbw[b] columns) is read when no block is.
-            printed, cur, side = {}, None, None
+            # raw_mpi_bench prints no '# Backend:' line: its one table is the raw line's
+            printed, side = {}, None
+            cur = m["backend"] if m.get("tool") == "raw_mpi_bench" else None
             for line in text.splitlines():
                 b = re.match(r"# Backend: (\S+)", line)
                 if b:

@@ -183,6 +183,20 @@ class Tools:
                             f"{(p.stderr or p.stdout).strip()[-400:]}")
         return res, p.stdout
 
+    # -- raw_mpi_bench -------------------------------------------------------------
+    def raw_mpi(self, coll, args, launcher, name=None, timeout=120):
+        """Runs raw_mpi_bench (MPI alone, no unilink) under the launcher and returns
+        [{size, time_us, algbw, busbw, wrong}] (out-of-place) plus the stdout."""
+        argv = list(launcher) + [self.exe("raw_mpi_bench"), coll] + list(args)
+        p = self.run(argv, name=name, timeout=timeout, check=False)
+        rows = parse_bench_text(p.stdout, backend="raw-mpi").get("raw-mpi", [])
+        for r in rows:  # a count, as unilink-bench's JSON gives it (N/A with -c 0)
+            r["wrong"] = int(r["wrong"]) if r["wrong"].isdigit() else None
+        if not rows:
+            raise ToolError(f"'{' '.join(argv)}' exited {p.returncode} with no rows: "
+                            f"{(p.stderr or p.stdout).strip()[-400:]}")
+        return rows, p.stdout
+
 
 # -- parsers (pure functions: the unit tests feed them fixed text) ---------------------
 def parse_model_collective_text(text):
@@ -284,9 +298,10 @@ def parse_bench_json(doc):
     return out
 
 
-def parse_bench_text(text):
-    """nccl-tests rows (13 fields, or unilink's 13 + extras), backend from '# Backend:'."""
-    out, backend, side = {}, "?", False
+def parse_bench_text(text, backend="?"):
+    """nccl-tests rows (13 fields, or unilink's 13 + extras), backend from '# Backend:'
+    (the given name until one appears: raw_mpi_bench prints none)."""
+    out, side = {}, False
     for line in text.splitlines():
         m = re.match(r"^# Backend: (\S+)", line)
         if m:
