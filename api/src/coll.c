@@ -1,5 +1,6 @@
-/* Public collectives, point to point, groups and streams: validate, then dispatch to
- * the backend's native collective or to the generic algorithm layer, in issue order. */
+/* Public collectives, point to point and groups: validate, then dispatch to the
+ * backend's native collective or to the generic algorithm layer, in issue order.
+ * The stream handles they run on are in stream_api.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -273,7 +274,7 @@ static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backen
   return ul__generic_collective(c, a, forced, bs, info);
 }
 
-static int fatal_error(ul_result_t rc) {
+int ul__fatal_error(ul_result_t rc) {
   return rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED ||
          rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
 }
@@ -323,7 +324,7 @@ ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
   if (rc == UL_OK && bs && !(c->backend->caps.flags & UL_BACKEND_HOST_STREAMS))
     rc = c->backend->ops.stream_synchronize(bs, c->config.timeout_ms);
   if (!in_turn) {
-    if (fatal_error(rc)) c->sticky = rc;
+    if (ul__fatal_error(rc)) c->sticky = rc;
     end_turn(c);
   }
   __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
@@ -346,7 +347,7 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
   if (rc == UL_OK) {
     c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
     ul__comm_record_call(c, info);
-  } else if (fatal_error(rc)) {
+  } else if (ul__fatal_error(rc)) {
     c->sticky = rc;
   }
   end_turn(c);
@@ -757,159 +758,4 @@ UL_API ul_result_t ul_send(const void *buf, size_t count, ul_dtype_t dtype, int 
 UL_API ul_result_t ul_recv(void *buf, size_t count, ul_dtype_t dtype, int peer, ul_comm_t comm,
                            ul_stream_t stream) {
   return p2p_call(0, buf, count, dtype, peer, comm, stream);
-}
-
-/* ---------------------------------------------------------------- streams */
-
-static void stream_link(ul_comm_t comm, ul_stream_t s) {
-  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
-  s->next = comm->streams;
-  comm->streams = s;
-  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
-}
-
-static void stream_unlink(ul_comm_t comm, ul_stream_t s) {
-  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
-  for (ul_stream_t *pp = &comm->streams; *pp; pp = &(*pp)->next)
-    if (*pp == s) {
-      *pp = s->next;
-      break;
-    }
-  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
-}
-
-/* Free a stream's queue: host worker (after its work, bounded by the timeout) or the
- * backend's stream. */
-static ul_result_t stream_release(ul_stream_t stream) {
-  ul_result_t rc = UL_OK;
-  if (stream->host) {
-    rc = ul__host_stream_sync(stream->host, stream->comm->config.timeout_ms);
-    ul__host_stream_destroy(stream->host);
-    stream->host = NULL;
-  } else if (stream->bstream) {
-    rc = stream->comm->backend->ops.stream_destroy(stream->bstream);
-    stream->bstream = NULL;
-  }
-  return rc;
-}
-
-void ul__streams_release_all(ul_comm_t comm) {
-  ul_stream_t s = comm->streams;
-  comm->streams = NULL;
-  while (s) {
-    ul_stream_t next = s->next;
-    stream_release(s);
-    __atomic_store_n(&s->magic, UL__STREAM_ORPHAN, __ATOMIC_RELEASE);
-    __atomic_store_n(&s->comm, NULL, __ATOMIC_RELEASE);
-    s = next;
-  }
-}
-
-UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
-  if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_create: comm is NULL or invalid");
-  if (stream == NULL)
-    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_create: stream is NULL");
-  *stream = NULL;
-  ul_stream_t s = calloc(1, sizeof *s);
-  if (!s) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_stream_create: out of memory");
-  s->magic = UL__STREAM_MAGIC;
-  s->comm = comm;
-  ul_result_t rc;
-  if (comm->backend->caps.flags & UL_BACKEND_HOST_STREAMS)
-    rc = ul__host_stream_create(comm, &s->host);
-  else
-    rc = comm->backend->ops.stream_create(comm->bcomm, &s->bstream);
-  if (rc != UL_OK) {
-    free(s);
-    if (rc == UL_ERR_UNSUPPORTED && comm->last_error[0] == '\0')
-      ul__comm_set_error(comm, rc, "ul_stream_create: backend %s has no streams",
-                         comm->backend->ops.name);
-    return rc;
-  }
-  stream_link(comm, s);
-  *stream = s;
-  return UL_OK;
-}
-
-UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream_t *stream) {
-  if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_wrap_native: comm is NULL or invalid");
-  if (stream == NULL || native == NULL)
-    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_wrap_native: %s is NULL",
-                              stream ? "native" : "stream");
-  *stream = NULL;
-  ul_stream_t s = calloc(1, sizeof *s);
-  if (!s) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_stream_wrap_native: out of memory");
-  s->magic = UL__STREAM_MAGIC;
-  s->comm = comm;
-  ul_result_t rc = comm->backend->ops.stream_wrap(comm->bcomm, native, &s->bstream);
-  if (rc != UL_OK) {
-    free(s);
-    if (rc == UL_ERR_UNSUPPORTED)
-      ul__comm_set_error(comm, rc, "ul_stream_wrap_native: backend %s has no native streams",
-                         comm->backend->ops.name);
-    return rc;
-  }
-  stream_link(comm, s);
-  *stream = s;
-  return UL_OK;
-}
-
-/* atomic: an abort on another thread orphans the stream (magic) while this reads it */
-static int stream_valid(ul_stream_t s) {
-  return s && __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == UL__STREAM_MAGIC;
-}
-
-UL_API ul_result_t ul_stream_synchronize(ul_stream_t stream) {
-  if (!stream_valid(stream))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_synchronize: stream is NULL or invalid");
-  ul_comm_t c = __atomic_load_n(&stream->comm, __ATOMIC_ACQUIRE);
-  /* In flight, so an abort racing this wait does not destroy the worker or the backend
-   * communicator under it; once an abort has begun the wait is refused. */
-  if (!ul__comm_enter(c))
-    return ul__set_thread_error(UL_ERR_ABORTED,
-                                "ul_stream_synchronize: the stream's communicator was aborted");
-  if (stream->host) {
-    ul_result_t rc = ul__host_stream_sync(stream->host, c->config.timeout_ms);
-    __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-    if (rc == UL_ERR_TIMEOUT)
-      ul__comm_set_error(c, rc, "ul_stream_synchronize: work still running after %d ms",
-                         c->config.timeout_ms);
-    return rc;
-  }
-  /* A timeout or a backend's asynchronous error found here fails the communicator like
-   * one found inside a collective. */
-  ul_result_t rc = c->backend->ops.stream_synchronize(stream->bstream, c->config.timeout_ms);
-  if (fatal_error(rc)) c->sticky = rc;
-  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-  return rc;
-}
-
-UL_API ul_result_t ul_stream_query(ul_stream_t stream) {
-  if (!stream_valid(stream))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_query: stream is NULL or invalid");
-  if (stream->host) return ul__host_stream_query(stream->host);
-  ul_comm_t c = stream->comm;
-  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-  ul_result_t rc = c->backend->ops.stream_query(stream->bstream);
-  if (fatal_error(rc)) c->sticky = rc;
-  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-  return rc;
-}
-
-UL_API ul_result_t ul_stream_destroy(ul_stream_t stream) {
-  if (stream == NULL) return UL_OK;
-  if (stream->magic == UL__STREAM_ORPHAN) { /* its communicator already released it */
-    stream->magic = 0;
-    free(stream);
-    return UL_OK;
-  }
-  if (!stream_valid(stream))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_destroy: invalid stream handle");
-  stream_unlink(stream->comm, stream);
-  ul_result_t rc = stream_release(stream);
-  stream->magic = 0;
-  free(stream);
-  return rc;
 }

@@ -232,9 +232,11 @@ UL__HIDDEN ul_result_t ul__check_reachable(ul_comm_t comm, const char *fn, const
                                            const void *ptr, size_t bytes);
 /* mem.c: free the exchange scratch (communicator teardown). */
 UL__HIDDEN void ul__exchange_free(ul_comm_t comm);
-/* coll.c: release the queues of every stream still open on @comm (teardown); the
+/* stream_api.c: release the queues of every stream still open on @comm (teardown); the
  * handles become orphans that ul_stream_destroy frees. */
 UL__HIDDEN void ul__streams_release_all(ul_comm_t comm);
+/* coll.c: an error that fails the communicator (sticky), not just the call. */
+UL__HIDDEN int ul__fatal_error(ul_result_t rc);
 /* window.c: unlink a window from its comm / free every window of a comm. */
 UL__HIDDEN void ul__windows_free_all(ul_comm_t comm);
 

@@ -95,7 +95,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->slots_off = UL__MAILBOX_BYTES;
   g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
   /* One-shot staging: two buffers (even/odd epochs) that peers read in place, so a
-   * small allreduce needs a single synchronisation (see algorithms.c). */
+   * small allreduce needs a single synchronisation (see algo_staged.c). */
   size_t os = (size_t)ul__param_get_int(UL__P_ONESHOT_BYTES);
   if (os > ((size_t)1 << 20)) os = (size_t)1 << 20;
   os = (os + 63) & ~(size_t)63;

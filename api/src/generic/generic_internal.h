@@ -52,7 +52,7 @@ typedef struct ul__generic {
   size_t hdr_off; /* n x NBUF words: the length of the p2p message a chunk starts */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
-   * run further ahead of slow readers. Signals owed (algorithms.c, staged_reads): */
+   * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
   uint64_t *done_expect;  /* per peer: DONE signals (its reads of our staging) so far */
   uint64_t *slot_need;    /* [slot * n + peer]: its DONE count before we rewrite the slot */
@@ -66,7 +66,7 @@ typedef struct ul__generic {
   char reason[192];
 } ul__generic_t;
 
-/* One collective call as an algorithm sees it (algorithms.c, vcoll.c). */
+/* One collective call as an algorithm sees it (algo_*.c, algorithms.c, vcoll.c). */
 typedef struct ul__algo_ctx {
   ul__generic_t *g;
   ul_comm_t c;
@@ -111,5 +111,56 @@ UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_str
 UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes,
                                    void *recv, size_t recv_bytes, ul_backend_stream_t *bs);
 UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
+
+/* Shared by the algorithm files (algo_direct.c, algo_staged.c, algo_pipelined.c). */
+#define REDUCE(x, dst, p, q, cnt) \
+  (x)->o->reduce_local(BC(x), (dst), (p), (q), (cnt), (x)->a->dtype, (x)->rop, (x)->bs)
+#define SCALE(x, buf, cnt) \
+  (x)->o->scale_avg(BC(x), (buf), (cnt), (x)->a->dtype, (x)->g->n, (x)->bs)
+
+/* Outputs at least this large bypass the cache (streaming stores): the caller will not
+ * read them soon and they would evict the inputs still to be read. Below it the result
+ * stays in the shared cache, where the next iteration or consumer finds it. */
+#define UL__NT_MIN_BYTES ((size_t)4 << 20)
+
+static inline ul_result_t ul__copy_if_needed(algo_ctx_t *x, void *dst, const void *src,
+                                             size_t cnt) {
+  if (dst == src || cnt == 0) return UL_OK;
+  return COPY(x, dst, src, cnt * x->esize);
+}
+
+/* Allreduce on one rank: a copy, and the avg scaling (by 1). */
+static inline ul_result_t ul__single_rank_allreduce(algo_ctx_t *x) {
+  const ul__coll_args_t *a = x->a;
+  UL_CHECK(ul__copy_if_needed(x, a->recvbuf, a->sendbuf, a->count));
+  if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  return UL_OK;
+}
+
+/* The algorithms the selection table (algorithms.c) names, one file per family. */
+/* algo_direct.c: peers' user buffers by load/store or single-copy. */
+UL__HIDDEN ul_result_t ul__direct_allreduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_reduce_scatter(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_reduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_allgather(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_alltoall(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_gather(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__direct_scatter(algo_ctx_t *x);
+/* algo_staged.c: small messages staged in shared scratch, one synchronisation. */
+UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x);
+/* Bytes each rank stages for ul__staged_small (what peers read from it). */
+UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
+/* algo_pipelined.c: chunked ring/tree/linear/pairwise patterns over the channels. */
+UL__HIDDEN ul_result_t ul__oneshot_allreduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__ring_allreduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__ring_reduce_scatter(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__ring_allgather(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__tree_broadcast(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__tree_reduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__linear_gather(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__linear_scatter(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__pairwise_alltoall(algo_ctx_t *x);
 
 #endif

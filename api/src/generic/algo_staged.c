@@ -1,0 +1,168 @@
+/* Staged algorithms for small messages: each rank copies its input into its own shared
+ * scratch, one READY/DONE signal exchange synchronises, and readers take what they need
+ * straight from the peers' scratch (needs every peer's scratch load/store reachable). */
+#include "generic_internal.h"
+
+/* Small messages with one synchronisation, when every rank's scratch is load/store
+ * reachable (threads, or processes over shared memory): each rank stages its input in
+ * its own scratch (a slot chosen by epoch), announces the epoch to every peer, waits
+ * for theirs and reduces all n inputs straight from the peers' scratch, in rank order
+ * (identical results everywhere). Staging makes the input private to the operation, so
+ * there is no closing barrier: a rank rewrites a slot only once every peer has
+ * acknowledged (DONE) the epoch that last used it. */
+/* Where epoch k stages sb bytes, in every rank's scratch (a pure function of k and sb,
+ * which all ranks share). Tiny operations rotate over UL__STAGE_SLOTS slots, so a rank
+ * (a broadcast root, say) may run up to 16 operations ahead of its readers, which then
+ * catch up without a context switch per operation when ranks outnumber cores; larger
+ * ones alternate between the two halves by epoch parity. */
+static void staging_slots(const ul__generic_t *g, uint64_t k, size_t sb, int *first, int *count) {
+  if (sb <= g->oneshot_bytes * 2 / UL__STAGE_SLOTS) {
+    *first = (int)(k % UL__STAGE_SLOTS);
+    *count = 1;
+  } else {
+    *first = (int)(k & 1) * (UL__STAGE_SLOTS / 2);
+    *count = UL__STAGE_SLOTS / 2;
+  }
+}
+
+static size_t staging_offset(const ul__generic_t *g, uint64_t k, size_t sb) {
+  int first, count;
+  staging_slots(g, k, sb, &first, &count);
+  return g->oneshot_off + (size_t)first * (g->oneshot_bytes * 2 / UL__STAGE_SLOTS);
+}
+
+/* Does rank r read rank q's staging in this small operation? A broadcast reads only the
+ * root's; the others read every peer's. Signals go only where a read needs them: READY
+ * from q to each reader, DONE from each reader back to q. Every rank knows the whole
+ * pattern, so it counts how many signals each peer owes it (ready_expect, done_expect)
+ * instead of numbering epochs: a broadcast costs the root n-1 signals and the others
+ * one, not 2(n-1) each. */
+static int staged_reads(const ul__coll_args_t *a, int r, int q) {
+  return r != q && (a->coll != UL_COLL_BROADCAST || q == a->root);
+}
+
+/* Before this rank writes its staging for epoch k: every reader must have finished
+ * reading whatever was staged last in those slots (its DONE count reached what it was
+ * owed then). Usually already true (one load per peer); it bounds how far a rank runs
+ * ahead of its readers. Then record what this operation's readers will owe. */
+static ul_result_t staging_reusable(algo_ctx_t *x, uint64_t k, size_t sb) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me, first, count;
+  staging_slots(g, k, sb, &first, &count);
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    uint64_t need = 0;
+    for (int s = first; s < first + count; s++)
+      if (g->slot_need[s * n + p] > need) need = g->slot_need[s * n + p];
+    if (need) UL_CHECK(ul__gwait(g, UL__SIG_DONE(g, p), need, p, x->bs));
+  }
+  for (int p = 0; p < n; p++) {
+    if (staged_reads(x->a, p, me)) g->done_expect[p]++;
+    for (int s = first; s < first + count; s++) g->slot_need[s * n + p] = g->done_expect[p];
+  }
+  return UL_OK;
+}
+
+/* Signal idx to every peer that reads this rank's staging (readers = 1) or whose
+ * staging this rank reads (readers = 0). */
+static ul_result_t staged_signal(algo_ctx_t *x, int readers, int idx) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    if (readers ? staged_reads(x->a, p, me) : staged_reads(x->a, me, p))
+      UL_CHECK(x->o->signal(BC(x), g->win, p, idx, x->bs));
+  }
+  return UL_OK;
+}
+
+/* Tell this rank's readers its staging is written, and wait until the ranks it reads
+ * from have written theirs. */
+static ul_result_t staged_ready(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  UL_CHECK(staged_signal(x, 1, UL__SIG_READY(g, me)));
+  for (int i = 1; i < n; i++) {
+    int q = (me + n - i) % n;
+    if (staged_reads(x->a, me, q))
+      UL_CHECK(ul__gwait(g, UL__SIG_READY(g, q), ++g->ready_expect[q], q, x->bs));
+  }
+  return UL_OK;
+}
+
+/* Done reading: each rank read from may reuse its staging. */
+static ul_result_t staged_done(algo_ctx_t *x) { return staged_signal(x, 0, UL__SIG_DONE(x->g, x->g->me)); }
+
+UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n;
+  size_t bytes = a->count * x->esize;
+  if (n == 1) return ul__single_rank_allreduce(x);
+  uint64_t k = ++g->oneshot_epoch;
+  size_t boff = staging_offset(g, k, bytes);
+  UL_CHECK(staging_reusable(x, k, bytes));
+  UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, bytes));
+  UL_CHECK(staged_ready(x));
+  /* Our own input is read from the staged copy too: recvbuf may alias sendbuf. */
+  UL_CHECK(REDUCE(x, a->recvbuf, (char *)g->peer_bases[0] + boff, (char *)g->peer_bases[1] + boff,
+                  a->count));
+  for (int r = 2; r < n; r++)
+    UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, (char *)g->peer_bases[r] + boff, a->count));
+  UL_CHECK(staged_done(x));
+  if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  return UL_OK;
+}
+
+/* Bytes each rank stages for a small collective (what peers read from it). */
+UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x) {
+  const ul__coll_args_t *a = x->a;
+  size_t b = a->count * x->esize;
+  if (a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER) b *= (size_t)x->g->n;
+  return b;
+}
+
+/* The other small collectives on the same single-synchronisation staging as the
+ * one-shot allreduce: stage the input, exchange epochs, read what we need from the
+ * peers' staging buffers. */
+UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me;
+  size_t sb = ul__staged_bytes(x), cb = a->count * x->esize;
+  uint64_t k = ++g->oneshot_epoch;
+  size_t boff = staging_offset(g, k, sb);
+  /* A broadcast reads only the root's staging: the root waits for nobody, the others
+   * for the root alone (a root runs ahead as far as staging_reusable lets it). */
+  if (a->coll != UL_COLL_BROADCAST || me == a->root) {
+    UL_CHECK(staging_reusable(x, k, sb));
+    UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
+  }
+  UL_CHECK(staged_ready(x));
+#define STAGED(r) ((char *)g->peer_bases[r] + boff)
+  switch (a->coll) {
+  case UL_COLL_BROADCAST:
+    UL_CHECK(COPY(x, a->recvbuf, STAGED(a->root), cb));
+    break;
+  case UL_COLL_ALLGATHER:
+    for (int r = 0; r < n; r++) UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize), STAGED(r), cb));
+    break;
+  case UL_COLL_ALLTOALL:
+    for (int r = 0; r < n; r++)
+      UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize),
+                    STAGED(r) + (size_t)me * cb, cb));
+    break;
+  case UL_COLL_REDUCE_SCATTER: {
+    size_t o = (size_t)me * cb;
+    if (n == 1) UL_CHECK(COPY(x, a->recvbuf, STAGED(0) + o, cb));
+    else UL_CHECK(REDUCE(x, a->recvbuf, STAGED(0) + o, STAGED(1) + o, a->count));
+    for (int r = 2; r < n; r++) UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, STAGED(r) + o, a->count));
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+    break;
+  }
+  default:
+    return ul__comm_set_error(x->c, UL_ERR_INTERNAL, "staged: unexpected collective");
+  }
+#undef STAGED
+  return staged_done(x);
+}
