@@ -1,6 +1,7 @@
 /* Link catalog and topology files (JSON, parsed with cJSON). Every error names the
  * file, the entry and the field, so a user editing a topology finds the problem. */
 #include "ul_model.h"
+#include "model_err.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -19,17 +20,6 @@
 #define UNILINK_INSTALL_DATA_DIR "/usr/local/share/unilink"
 #endif
 
-static ul_result_t sim_catalog_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ul_result_t sim_catalog_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return UL_ERR_INVALID_ARG;
-}
 
 static int sim_catalog_has_links(const char *dir) {
   char p[1024];
@@ -43,7 +33,7 @@ const char *ulsim_data_dir(char *buf, size_t len, char *err, size_t errlen) {
   const char *env = getenv("UNILINK_DATA_DIR");
   if (env && *env) {
     if (!sim_catalog_has_links(env)) {
-      sim_catalog_err(err, errlen, "UNILINK_DATA_DIR=%s has no links.json", env);
+      ulsim__err(err, errlen, "UNILINK_DATA_DIR=%s has no links.json", env);
       return NULL;
     }
     snprintf(buf, len, "%s", env);
@@ -56,7 +46,7 @@ const char *ulsim_data_dir(char *buf, size_t len, char *err, size_t errlen) {
       return buf;
     }
   }
-  sim_catalog_err(err, errlen,
+  ulsim__err(err, errlen,
                   "no link catalog found: set UNILINK_DATA_DIR to the folder holding links.json "
                   "(looked in '%s' and '%s')",
                   UNILINK_SOURCE_DATA_DIR, UNILINK_INSTALL_DATA_DIR);
@@ -66,7 +56,7 @@ const char *ulsim_data_dir(char *buf, size_t len, char *err, size_t errlen) {
 static char *sim_catalog_read_file(const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    sim_catalog_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    ulsim__err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
   size_t cap = 1 << 14, n = 0;
@@ -79,7 +69,7 @@ static char *sim_catalog_read_file(const char *path, char *err, size_t errlen) {
       if (cap > (64u << 20)) {  // a topology file is small; refuse absurd inputs
         free(buf);
         buf = NULL;
-        sim_catalog_err(err, errlen, "%s: file larger than 64 MiB", path);
+        ulsim__err(err, errlen, "%s: file larger than 64 MiB", path);
         fclose(f);
         return NULL;
       }
@@ -95,7 +85,7 @@ static char *sim_catalog_read_file(const char *path, char *err, size_t errlen) {
   }
   fclose(f);
   if (!buf) {
-    sim_catalog_err(err, errlen, "%s: out of memory", path);
+    ulsim__err(err, errlen, "%s: out of memory", path);
     return NULL;
   }
   buf[n] = 0;
@@ -115,13 +105,13 @@ static cJSON *sim_catalog_parse_json(const char *text, const char *origin, char 
   cJSON *root = cJSON_ParseWithOpts(text, NULL, 0);
   if (!root) {
     const char *at = cJSON_GetErrorPtr();
-    sim_catalog_err(err, errlen, "%s:%d: malformed JSON near '%.20s'", origin,
+    ulsim__err(err, errlen, "%s:%d: malformed JSON near '%.20s'", origin,
                     sim_catalog_line_of(text, at), at ? at : "");
     return NULL;
   }
   if (!cJSON_IsObject(root)) {
     cJSON_Delete(root);
-    sim_catalog_err(err, errlen, "%s: top level must be a JSON object", origin);
+    ulsim__err(err, errlen, "%s: top level must be a JSON object", origin);
     return NULL;
   }
   return root;
@@ -134,17 +124,17 @@ static int sim_catalog_get_num(const cJSON *obj, const char *field, int required
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
   if (!v) {
     if (required) {
-      sim_catalog_err(err, errlen, "%s: missing field \"%s\"", where, field);
+      ulsim__err(err, errlen, "%s: missing field \"%s\"", where, field);
       return -1;
     }
     return 0;
   }
   if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-    sim_catalog_err(err, errlen, "%s: field \"%s\" must be a number", where, field);
+    ulsim__err(err, errlen, "%s: field \"%s\" must be a number", where, field);
     return -1;
   }
   if (v->valuedouble < lo || v->valuedouble > hi) {
-    sim_catalog_err(err, errlen, "%s: field \"%s\" = %g is out of range [%g, %g]", where, field,
+    ulsim__err(err, errlen, "%s: field \"%s\" = %g is out of range [%g, %g]", where, field,
                     v->valuedouble, lo, hi);
     return -1;
   }
@@ -157,7 +147,7 @@ static int sim_catalog_get_int(const cJSON *obj, const char *field, int required
   double d = *out;
   if (sim_catalog_get_num(obj, field, required, lo, hi, &d, where, err, errlen)) return -1;
   if (d != floor(d)) {
-    sim_catalog_err(err, errlen, "%s: field \"%s\" must be an integer (got %g)", where, field, d);
+    ulsim__err(err, errlen, "%s: field \"%s\" must be an integer (got %g)", where, field, d);
     return -1;
   }
   *out = (int)d;
@@ -169,17 +159,17 @@ static int sim_catalog_get_str(const cJSON *obj, const char *field, int required
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
   if (!v) {
     if (required) {
-      sim_catalog_err(err, errlen, "%s: missing field \"%s\"", where, field);
+      ulsim__err(err, errlen, "%s: missing field \"%s\"", where, field);
       return -1;
     }
     return 0;
   }
   if (!cJSON_IsString(v) || !v->valuestring) {
-    sim_catalog_err(err, errlen, "%s: field \"%s\" must be a string", where, field);
+    ulsim__err(err, errlen, "%s: field \"%s\" must be a string", where, field);
     return -1;
   }
   if (required && !*v->valuestring) {
-    sim_catalog_err(err, errlen, "%s: field \"%s\" must not be empty", where, field);
+    ulsim__err(err, errlen, "%s: field \"%s\" must not be empty", where, field);
     return -1;
   }
   snprintf(out, outlen, "%s", v->valuestring);
@@ -208,14 +198,14 @@ static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required
     return -1;
   if (l->confidence[0] && strcmp(l->confidence, "high") && strcmp(l->confidence, "medium") &&
       strcmp(l->confidence, "low")) {
-    sim_catalog_err(err, errlen, "%s: field \"confidence\" must be high, medium or low (got \"%s\")",
+    ulsim__err(err, errlen, "%s: field \"confidence\" must be high, medium or low (got \"%s\")",
                     where, l->confidence);
     return -1;
   }
   const cJSON *hop = cJSON_GetObjectItemCaseSensitive(o, "hop_us");
   if (hop) {
     if (!cJSON_IsArray(hop) || cJSON_GetArraySize(hop) != ULSIM_NPROTO) {
-      sim_catalog_err(err, errlen,
+      ulsim__err(err, errlen,
                       "%s: field \"hop_us\" must be an array of 3 numbers [LL, LL128, Simple]",
                       where);
       return -1;
@@ -223,14 +213,14 @@ static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required
     for (int i = 0; i < ULSIM_NPROTO; i++) {
       const cJSON *e = cJSON_GetArrayItem(hop, i);
       if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e6) {
-        sim_catalog_err(err, errlen, "%s: field \"hop_us\"[%d] must be a number in [0, 1e6]",
+        ulsim__err(err, errlen, "%s: field \"hop_us\"[%d] must be a number in [0, 1e6]",
                         where, i);
         return -1;
       }
       l->hop_us[i] = e->valuedouble;
     }
   } else if (required) {
-    sim_catalog_err(err, errlen, "%s: missing field \"hop_us\"", where);
+    ulsim__err(err, errlen, "%s: missing field \"hop_us\"", where);
     return -1;
   }
   return 0;
@@ -238,20 +228,20 @@ static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required
 
 ul_result_t ulsim_catalog_parse(const char *text, const char *origin, ulsim_catalog_t *cat,
                                 char *err, size_t errlen) {
-  if (!text || !cat) return sim_catalog_err(err, errlen, "catalog: NULL argument");
+  if (!text || !cat) return ulsim__err(err, errlen, "catalog: NULL argument");
   memset(cat, 0, sizeof *cat);
   cJSON *root = sim_catalog_parse_json(text, origin, err, errlen);
   if (!root) return UL_ERR_INVALID_ARG;
   ul_result_t rc = UL_ERR_INVALID_ARG;
   const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
   if (!cJSON_IsArray(links) || cJSON_GetArraySize(links) == 0) {
-    sim_catalog_err(err, errlen, "%s: field \"links\" must be a non-empty array", origin);
+    ulsim__err(err, errlen, "%s: field \"links\" must be a non-empty array", origin);
     goto out;
   }
   int n = cJSON_GetArraySize(links);
   cat->links = calloc((size_t)n, sizeof *cat->links);
   if (!cat->links) {
-    rc = sim_catalog_err(err, errlen, "%s: out of memory", origin);
+    rc = ulsim__err(err, errlen, "%s: out of memory", origin);
     rc = UL_ERR_NO_MEMORY;
     goto out;
   }
@@ -265,13 +255,13 @@ ul_result_t ulsim_catalog_parse(const char *text, const char *origin, ulsim_cata
     else
       snprintf(where, sizeof where, "%s: links[%d]", origin, i);
     if (!cJSON_IsObject(e)) {
-      sim_catalog_err(err, errlen, "%s: must be an object", where);
+      ulsim__err(err, errlen, "%s: must be an object", where);
       goto out;
     }
     if (sim_catalog_link_fields(e, &cat->links[i], 1, where, err, errlen)) goto out;
     for (int j = 0; j < i; j++)
       if (!strcmp(cat->links[j].name, cat->links[i].name)) {
-        sim_catalog_err(err, errlen, "%s: duplicate name (also links[%d])", where, j);
+        ulsim__err(err, errlen, "%s: duplicate name (also links[%d])", where, j);
         goto out;
       }
     i++;
@@ -326,7 +316,7 @@ static int sim_catalog_resolve_link(const cJSON *obj, const char *field, const u
   if (cJSON_IsString(v)) {
     const ulsim_link_t *l = ulsim_catalog_find(cat, v->valuestring);
     if (!l) {
-      sim_catalog_err(err, errlen, "%s: unknown link \"%s\" (not in the catalog %s)", w,
+      ulsim__err(err, errlen, "%s: unknown link \"%s\" (not in the catalog %s)", w,
                       v->valuestring, cat && cat->path[0] ? cat->path : "");
       return -1;
     }
@@ -340,13 +330,13 @@ static int sim_catalog_resolve_link(const cJSON *obj, const char *field, const u
     if (l) *out = *l;  // a known name: fields given override the catalog's
     return sim_catalog_link_fields(v, out, l ? 0 : 1, w, err, errlen);
   }
-  sim_catalog_err(err, errlen, "%s: must be a catalog link name or a link object", w);
+  ulsim__err(err, errlen, "%s: must be a catalog link name or a link object", w);
   return -1;
 }
 
 ul_result_t ulsim_topology_parse(const char *text, const char *origin, const ulsim_catalog_t *cat,
                                  ulsim_topology_t *t, char *err, size_t errlen) {
-  if (!text || !t) return sim_catalog_err(err, errlen, "topology: NULL argument");
+  if (!text || !t) return ulsim__err(err, errlen, "topology: NULL argument");
   ulsim_topology_t tmp;
   memset(&tmp, 0, sizeof tmp);
   cJSON *root = sim_catalog_parse_json(text, origin, err, errlen);
@@ -369,14 +359,14 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
   const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "sources");
   if (src) {
     if (!cJSON_IsArray(src)) {
-      sim_catalog_err(err, errlen, "%s: field \"sources\" must be an array of strings", where);
+      ulsim__err(err, errlen, "%s: field \"sources\" must be an array of strings", where);
       goto out;
     }
     const cJSON *s;
     int k = 0;
     cJSON_ArrayForEach(s, src) {
       if (!cJSON_IsString(s)) {
-        sim_catalog_err(err, errlen, "%s: sources[%d] must be a string", where, k);
+        ulsim__err(err, errlen, "%s: sources[%d] must be a string", where, k);
         goto out;
       }
       size_t len = strlen(tmp.sources);
@@ -390,7 +380,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
     char w[640];
     snprintf(w, sizeof w, "%s.tuning", where);
     if (!cJSON_IsObject(tuning)) {
-      sim_catalog_err(err, errlen, "%s: must be an object", w);
+      ulsim__err(err, errlen, "%s: must be an object", w);
       goto out;
     }
     if (sim_catalog_get_num(tuning, "launch_us", 0, 0, 1e6, &tmp.launch_us, w, err, errlen) ||
@@ -402,7 +392,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
   char wi[640];
   snprintf(wi, sizeof wi, "%s.intra", where);
   if (!cJSON_IsObject(intra)) {
-    sim_catalog_err(err, errlen, "%s: missing object \"intra\" (the scale-up fabric)", where);
+    ulsim__err(err, errlen, "%s: missing object \"intra\" (the scale-up fabric)", where);
     goto out;
   }
   char shape[16] = "";
@@ -414,7 +404,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
   else if (!strcmp(shape, "bus"))
     tmp.shape = ULSIM_SHAPE_BUS;
   else {
-    sim_catalog_err(err, errlen, "%s: field \"shape\" must be switch, mesh or bus (got \"%s\")",
+    ulsim__err(err, errlen, "%s: field \"shape\" must be switch, mesh or bus (got \"%s\")",
                     wi, shape);
     goto out;
   }
@@ -435,7 +425,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
   }
   if (cJSON_GetObjectItemCaseSensitive(intra, "nvls")) {
     if (tmp.shape != ULSIM_SHAPE_SWITCH) {
-      sim_catalog_err(err, errlen, "%s: field \"nvls\" needs shape \"switch\"", wi);
+      ulsim__err(err, errlen, "%s: field \"nvls\" needs shape \"switch\"", wi);
       goto out;
     }
     if (sim_catalog_resolve_link(intra, "nvls", cat, &tmp.nvls, wi, err, errlen)) goto out;
@@ -446,7 +436,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
     char w[640];
     snprintf(w, sizeof w, "%s.inter", where);
     if (!cJSON_IsObject(inter)) {
-      sim_catalog_err(err, errlen, "%s: must be an object", w);
+      ulsim__err(err, errlen, "%s: must be an object", w);
       goto out;
     }
     if (sim_catalog_resolve_link(inter, "link", cat, &tmp.inter, w, err, errlen) ||
@@ -458,7 +448,7 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
     tmp.has_inter = 1;
   }
   if (tmp.nodes > 1 && !tmp.has_inter) {
-    sim_catalog_err(err, errlen, "%s: \"nodes\" is %d but there is no \"inter\" fabric", where,
+    ulsim__err(err, errlen, "%s: \"nodes\" is %d but there is no \"inter\" fabric", where,
                     tmp.nodes);
     goto out;
   }
@@ -488,12 +478,12 @@ static int sim_catalog_valid_preset_name(const char *s) {
 
 ul_result_t ulsim_topology_load(const char *spec, const ulsim_catalog_t *cat, ulsim_topology_t *t,
                                 char *err, size_t errlen) {
-  if (!spec || !*spec || !t) return sim_catalog_err(err, errlen, "topology: empty name");
+  if (!spec || !*spec || !t) return ulsim__err(err, errlen, "topology: empty name");
   size_t n = strlen(spec);
   if (strchr(spec, '/') || (n > 5 && !strcmp(spec + n - 5, ".json")))
     return sim_catalog_topology_file(spec, cat, t, err, errlen);
   if (!sim_catalog_valid_preset_name(spec) || n >= ULSIM_NAME_MAX)
-    return sim_catalog_err(err, errlen, "topology \"%.80s\": not a preset name or a file path",
+    return ulsim__err(err, errlen, "topology \"%.80s\": not a preset name or a file path",
                            spec);
   char dir[768], path[1024];
   if (!ulsim_data_dir(dir, sizeof dir, err, errlen)) return UL_ERR_NOT_FOUND;
@@ -514,7 +504,7 @@ ul_result_t ulsim_topology_load(const char *spec, const ulsim_catalog_t *cat, ul
         ul_result_t rc = sim_catalog_topology_file(path, cat, t, err, errlen);
         if (rc != UL_OK) return rc;
         if (nodes > 1 && !t->has_inter)
-          return sim_catalog_err(err, errlen,
+          return ulsim__err(err, errlen,
                                  "topology \"%s\": preset \"%s\" has no inter-node fabric", spec,
                                  base);
         t->nodes *= (int)nodes;
@@ -534,7 +524,7 @@ ul_result_t ulsim_topology_load(const char *spec, const ulsim_catalog_t *cat, ul
     size_t len = strlen(known);
     snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", names[i]);
   }
-  sim_catalog_err(err, errlen,
+  ulsim__err(err, errlen,
                   "unknown topology \"%s\" (presets: %s; or <preset>x<N> for N nodes, or a "
                   "topology file path)",
                   spec, known);
@@ -551,7 +541,7 @@ int ulsim_topology_list(char names[][ULSIM_NAME_MAX], int max, char *err, size_t
   snprintf(path, sizeof path, "%s/topologies", dir);
   DIR *d = opendir(path);
   if (!d) {
-    sim_catalog_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    ulsim__err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return 0;
   }
   int n = 0;

@@ -4,6 +4,7 @@
  * published latency constants; docs/model.md derives each term. Units: microseconds,
  * GB/s (1 GB/s = 1000 bytes per microsecond), bytes. */
 #include "ul_model.h"
+#include "model_err.h"
 #include "tuner.h"
 
 #include <ctype.h>
@@ -12,17 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ul_result_t sim_cost_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ul_result_t sim_cost_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return UL_ERR_INVALID_ARG;
-}
 
 /* NCCL base latencies per collective launch (us), [LL, LL128, Simple]
  * (src/graph/tuning.cc baseLatencies, 2.30.7). */
@@ -118,14 +108,14 @@ static int sim_cost_ll128_ok(const ulsim_topology_t *t) {
 
 ul_result_t ulsim_bandwidths(const ulsim_topology_t *t, int nranks, ulsim_bw_t *bw, char *err,
                              size_t errlen) {
-  if (!t || !bw) return sim_cost_err(err, errlen, "model: NULL argument");
-  if (nranks < 1) return sim_cost_err(err, errlen, "model: %d ranks (need >= 1)", nranks);
+  if (!t || !bw) return ulsim__err(err, errlen, "model: NULL argument");
+  if (nranks < 1) return ulsim__err(err, errlen, "model: %d ranks (need >= 1)", nranks);
   memset(bw, 0, sizeof *bw);
   bw->nranks = nranks;
   bw->ppn = nranks < t->gpus_per_node ? nranks : t->gpus_per_node;
   bw->nnodes = (nranks + bw->ppn - 1) / bw->ppn;
   if (bw->nnodes > 1 && !t->has_inter)
-    return sim_cost_err(err, errlen,
+    return ulsim__err(err, errlen,
                         "topology \"%s\" has %d GPUs and no inter-node fabric: cannot place %d "
                         "ranks",
                         t->name, t->gpus_per_node, nranks);
@@ -330,6 +320,15 @@ static void sim_cost_allreduce(sim_cost_ctx_t *x) {
   }
 }
 
+/* A ring or pipelined chain over all p ranks (k of the hops cross nodes): latency of
+ * its hops, the bandwidth term tbw, and the pipeline fill at bandwidth B. */
+static void sim_cost_add_chain(sim_cost_ctx_t *x, int pr, double B, double tbw) {
+  int p = x->bw->nranks, k = x->bw->nnodes;
+  sim_cost_add(x, "ring", pr,
+               sim_cost_alpha(x, sim_cost_base_ring, pr, (p - 1) - (k - 1), k - 1) + tbw +
+                   sim_cost_fill(x->t, tbw, p - 1, B));
+}
+
 /* reduce-scatter and allgather: S is the total (nccl-tests size). */
 static void sim_cost_rs_ag(sim_cost_ctx_t *x) {
   const ulsim_bw_t *bw = x->bw;
@@ -347,9 +346,7 @@ static void sim_cost_rs_ag(sim_cost_ctx_t *x) {
     double f = sim_cost_proto_bw[pr];
     double B = sim_cost_ring_bw(bw) * f;
     double tbw = (double)(p - 1) / p * S / sim_cost_bpus(B);
-    sim_cost_add(x, "ring", pr,
-                 sim_cost_alpha(x, sim_cost_base_ring, pr, (p - 1) - (k - 1), k - 1) + tbw +
-                     sim_cost_fill(t, tbw, p - 1, B));
+    sim_cost_add_chain(x, pr, B, tbw);
     if (k > 1) {
       double Bi = bw->ring * f, Bn = bw->inter * f;
       double ti = (double)(g - 1) / g * S / sim_cost_bpus(Bi);
@@ -385,9 +382,7 @@ static void sim_cost_bcast_reduce(sim_cost_ctx_t *x) {
     /* pipelined chain: every byte crosses p-1 links, chunks overlap */
     double B = sim_cost_ring_bw(bw) * f;
     double tbw = S / sim_cost_bpus(B);
-    sim_cost_add(x, "ring", pr,
-                 sim_cost_alpha(x, sim_cost_base_ring, pr, (p - 1) - (k - 1), k - 1) + tbw +
-                     sim_cost_fill(t, tbw, p - 1, B));
+    sim_cost_add_chain(x, pr, B, tbw);
     /* binomial tree, store and forward: log2 p rounds of the whole message */
     int lp = sim_cost_log2ceil(p);
     double Bp = (k > 1 ? (bw->inter < bw->pair ? bw->inter : bw->pair) : bw->pair) * f;
@@ -503,11 +498,11 @@ const char *ulsim_cost_provenance(const ulsim_cost_t *c, char *buf, size_t len) 
 
 ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_bytes, int nranks,
                        const char *force_algo, ulsim_cost_t *out, char *err, size_t errlen) {
-  if (!t || !out) return sim_cost_err(err, errlen, "model: NULL argument");
+  if (!t || !out) return ulsim__err(err, errlen, "model: NULL argument");
   if (!(size_bytes >= 0) || !isfinite(size_bytes))
-    return sim_cost_err(err, errlen, "model: size %g is not a byte count", size_bytes);
+    return ulsim__err(err, errlen, "model: size %g is not a byte count", size_bytes);
   if ((unsigned)coll >= UL_COLL_COUNT)
-    return sim_cost_err(err, errlen, "model: unknown collective %d", (int)coll);
+    return ulsim__err(err, errlen, "model: unknown collective %d", (int)coll);
   ulsim_bw_t bw;
   ul_result_t rc = ulsim_bandwidths(t, nranks, &bw, err, errlen);
   if (rc != UL_OK) return rc;
@@ -532,7 +527,7 @@ ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_by
     default: break;
   }
   if (out->ncand == 0)
-    return sim_cost_err(err, errlen,
+    return ulsim__err(err, errlen,
                         "model: no candidate algorithm%s%s for %s on %d ranks of \"%s\"",
                         force_algo ? " among " : "", force_algo ? force_algo : "",
                         ul_coll_name(coll) ? ul_coll_name(coll) : "?", nranks, t->name);

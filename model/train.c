@@ -7,18 +7,8 @@
 #include <string.h>
 
 #include "ul_model.h"
+#include "model_err.h"
 
-static ul_result_t sim_train_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static ul_result_t sim_train_err(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return UL_ERR_INVALID_ARG;
-}
 
 /* Backward is 4N of the 6N FLOPs per token (Kaplan et al. 2020). */
 #define SIM_TRAIN_BACKWARD_SHARE (2.0 / 3.0)
@@ -37,21 +27,21 @@ double ulsim_train_memory_gb(double params, int zero, int dp, double pbytes, dou
 
 ul_result_t ulsim_train(const ulsim_topology_t *t, const ulsim_train_in_t *in,
                         ulsim_train_out_t *out, char *err, size_t errlen) {
-  if (!t || !in || !out) return sim_train_err(err, errlen, "train: NULL argument");
-  if (!(in->params > 0)) return sim_train_err(err, errlen, "train: --params must be > 0");
-  if (in->gpus < 1) return sim_train_err(err, errlen, "train: --gpus must be >= 1");
+  if (!t || !in || !out) return ulsim__err(err, errlen, "train: NULL argument");
+  if (!(in->params > 0)) return ulsim__err(err, errlen, "train: --params must be > 0");
+  if (in->gpus < 1) return ulsim__err(err, errlen, "train: --gpus must be >= 1");
   if (!(in->tokens_per_gpu > 0))
-    return sim_train_err(err, errlen, "train: --tokens-per-gpu must be > 0");
-  if (!(in->gpu_tflops > 0)) return sim_train_err(err, errlen, "train: --gpu-tflops must be > 0");
+    return ulsim__err(err, errlen, "train: --tokens-per-gpu must be > 0");
+  if (!(in->gpu_tflops > 0)) return ulsim__err(err, errlen, "train: --gpu-tflops must be > 0");
   if (!(in->mfu > 0 && in->mfu <= 1))
-    return sim_train_err(err, errlen, "train: --mfu must be in (0, 1]");
-  if (in->zero < 0 || in->zero > 3) return sim_train_err(err, errlen, "train: --zero must be 0..3");
+    return ulsim__err(err, errlen, "train: --mfu must be in (0, 1]");
+  if (in->zero < 0 || in->zero > 3) return ulsim__err(err, errlen, "train: --zero must be 0..3");
   if (!(in->overlap <= 1) || (in->overlap < 0 && in->overlap != -1))
-    return sim_train_err(err, errlen, "train: --overlap must be in [0, 1] (or omitted: derived)");
-  if (!(in->grad_bytes > 0)) return sim_train_err(err, errlen, "train: gradient bytes must be > 0");
+    return ulsim__err(err, errlen, "train: --overlap must be in [0, 1] (or omitted: derived)");
+  if (!(in->grad_bytes > 0)) return ulsim__err(err, errlen, "train: gradient bytes must be > 0");
   int tp = in->tp > 0 ? in->tp : 1, pp = in->pp > 0 ? in->pp : 1;
   if (in->gpus % (tp * pp))
-    return sim_train_err(err, errlen, "train: --gpus %d is not a multiple of tp x pp = %d", in->gpus,
+    return ulsim__err(err, errlen, "train: --gpus %d is not a multiple of tp x pp = %d", in->gpus,
                          tp * pp);
   memset(out, 0, sizeof *out);
   out->dp = in->gpus / (tp * pp);
@@ -60,7 +50,7 @@ ul_result_t ulsim_train(const ulsim_topology_t *t, const ulsim_train_in_t *in,
   double shard = in->params / (tp * pp); /* parameters one GPU holds before ZeRO */
   out->mem_gb = ulsim_train_memory_gb(shard, in->zero, out->dp, pb, in->grad_bytes, ob);
   if (in->gpu_mem_gb > 0 && out->mem_gb > in->gpu_mem_gb)
-    return sim_train_err(err, errlen,
+    return ulsim__err(err, errlen,
                          "train: does not fit: ZeRO-%d needs %.1f GB per GPU for parameters, "
                          "gradients and optimizer state (%.3g params / tp %d / pp %d, dp %d) but "
                          "a GPU has %.1f GB; raise --zero, tp/pp or GPUs",
