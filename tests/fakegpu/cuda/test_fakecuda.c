@@ -496,6 +496,9 @@ Test(fakecuda, ipc_across_fork_exec, .init = setup_plain) {
   CK(cudaSetDevice(1));
   CK(cudaMalloc(&d, N));
   CK(cudaMemcpy(d, h, N, cudaMemcpyDefault));
+  /* From pageable memory cudaMemcpy returns once the source is staged, not when the
+   * device holds it: another process sees the data only after a synchronize. */
+  CK(cudaDeviceSynchronize());
   cudaIpcMemHandle_t hd;
   CK(cudaIpcGetMemHandle(&hd, (char *)d + 4096)); /* an interior pointer: the handle is the allocation */
   void *mine = NULL;
