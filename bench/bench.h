@@ -56,7 +56,6 @@ typedef struct bench_side {
   int64_t wrong;    /* -1: not checked */
   int have_stats;
   bench_stats_t stats; /* microseconds */
-  double sync_mean_us; /* --sync-per-call: mean of the per-call max over ranks (0: not run so) */
   double *iter_us;     /* per-iteration (max over ranks), iters entries */
   double *proc_us;     /* under mpirun: nranks x iters (each process's own times) */
   int nproc_rows;

@@ -93,29 +93,13 @@ static ul_result_t run_hypercube(const bench_call_t *c, const void *s, void *r) 
   return UL_OK;
 }
 
-/* uniform counts for the v-forms; small rank counts on the stack (the call is timed) */
-#define BENCH_V_STACK 256
 static ul_result_t run_alltoallv(const bench_call_t *c, const void *s, void *r) {
-  size_t st[4 * BENCH_V_STACK], *v = st, n = (size_t)c->nranks;
-  if (n > BENCH_V_STACK && !(v = malloc(4 * n * sizeof *v))) return UL_ERR_NO_MEMORY;
-  for (size_t j = 0; j < n; j++) {
-    v[j] = v[2 * n + j] = c->counts.paramcount;
-    v[n + j] = v[3 * n + j] = j * c->counts.paramcount;
-  }
-  ul_result_t rc = ul_alltoallv(s, v, v + n, r, v + 2 * n, v + 3 * n, c->dtype, c->comm, c->stream);
-  if (v != st) free(v);
-  return rc;
+  const size_t *v = c->vcounts, n = (size_t)c->nranks;
+  return ul_alltoallv(s, v, v + n, r, v + 2 * n, v + 3 * n, c->dtype, c->comm, c->stream);
 }
 static ul_result_t run_allgatherv(const bench_call_t *c, const void *s, void *r) {
-  size_t st[2 * BENCH_V_STACK], *v = st, n = (size_t)c->nranks;
-  if (n > BENCH_V_STACK && !(v = malloc(2 * n * sizeof *v))) return UL_ERR_NO_MEMORY;
-  for (size_t j = 0; j < n; j++) {
-    v[j] = c->counts.paramcount;
-    v[n + j] = j * c->counts.paramcount;
-  }
-  ul_result_t rc = ul_allgatherv(s, c->counts.paramcount, r, v, v + n, c->dtype, c->comm, c->stream);
-  if (v != st) free(v);
-  return rc;
+  const size_t *v = c->vcounts, n = (size_t)c->nranks;
+  return ul_allgatherv(s, c->counts.paramcount, r, v, v + n, c->dtype, c->comm, c->stream);
 }
 
 /* ---- expected results (gen values of the source rank and element) ------------- */
@@ -174,7 +158,7 @@ static const bench_op_desc_t bench_descs[BENCH_OP_COUNT] = {
     [BENCH_ALLTOALL] = {BENCH_ALLTOALL, ptrs_same, run_alltoall, exp_alltoall, count_recv},
     [BENCH_GATHER] = {BENCH_GATHER, ptrs_gatherlike, run_gather, exp_gather, count_recv},
     [BENCH_SCATTER] = {BENCH_SCATTER, ptrs_scatterlike, run_scatter, exp_scatter, count_recv},
-    [BENCH_SENDRECV] = {BENCH_SENDRECV, ptrs_same, run_sendrecv, exp_sendrecv, count_param},
+    [BENCH_SENDRECV] = {BENCH_SENDRECV, ptrs_same, run_sendrecv, exp_sendrecv, count_param, 1},
     [BENCH_HYPERCUBE] = {BENCH_HYPERCUBE, ptrs_gatherlike, run_hypercube, exp_allgather, count_recv},
     [BENCH_ALLTOALLV] = {BENCH_ALLTOALLV, ptrs_same, run_alltoallv, exp_alltoall, count_recv},
     [BENCH_ALLGATHERV] = {BENCH_ALLGATHERV, ptrs_gatherlike, run_allgatherv, exp_allgather,

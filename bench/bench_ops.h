@@ -24,6 +24,9 @@ typedef struct bench_call {
    * memory the CPU must not touch, so inputs are built here and copied in with
    * ul_mem_copy, and results are copied back here to be checked */
   char *shadow;
+  /* v-forms: uniform sendcounts, sdispls, recvcounts, rdispls (nranks each), built
+   * before the timed calls (allgatherv uses the first two as recvcounts, displs) */
+  const size_t *vcounts;
   ul_comm_t comm;
   ul_stream_t stream;
 } bench_call_t;
@@ -40,6 +43,9 @@ typedef struct bench_op_desc {
   int (*expect)(const bench_call_t *c, const bench_gen_t *g, size_t i, double *value);
   /* number of result elements on this rank */
   size_t (*result_count)(const bench_call_t *c);
+  /* 1: the in-place form is timed but not checked (its result is a race: in-place
+   * sendrecv sends from the buffer it receives into; nccl-tests prints N/A there too) */
+  int in_place_unchecked;
 } bench_op_desc_t;
 
 const bench_op_desc_t *bench_op_desc(bench_op_t op);

@@ -122,6 +122,7 @@ typedef struct bench_thread {
   bench_run_t *r;
   int t;
   bench_call_t *calls; /* ngpus */
+  size_t *vcounts;     /* 4 * nranks: the v-forms' uniform counts and displacements */
   double *mine, *all;  /* exchange scratch */
 } bench_thread_t;
 
@@ -211,6 +212,12 @@ static void bench_setup(bench_thread_t *T, size_t bytes, ul_dtype_t dt, ul_op_t 
     c->shadow = r->shadow[local];
     c->comm = r->comms[local];
     c->stream = r->streams[local];
+    c->vcounts = T->vcounts;
+  }
+  size_t n = (size_t)r->nranks, per = T->calls[0].counts.paramcount;
+  for (size_t j = 0; j < n; j++) {
+    T->vcounts[j] = T->vcounts[2 * n + j] = per;
+    T->vcounts[n + j] = T->vcounts[3 * n + j] = j * per;
   }
 }
 
@@ -373,7 +380,6 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
         if (sync && S->have_stats) {
           /* each call's time is its slowest rank's; the median resists preemption */
           S->time_us = S->stats.median;
-          S->sync_mean_us = S->stats.mean;
           bench_bw(o->op, T->calls[0].counts.paramcount, T->calls[0].es, S->time_us * 1e-6,
                    r->nranks, &S->algbw, &S->busbw);
         }
@@ -385,9 +391,7 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
    * with ul_mem_copy) is outside the timed region, as nccl-tests initialises and checks
    * outside its timing. */
   int64_t wrong_total = 0;
-  /* In-place sendrecv sends from the buffer it receives into: what arrives depends on
-   * how far the peer's send got, so nccl-tests reports it unchecked (N/A); so do we. */
-  int checks = o->op == BENCH_SENDRECV && T->calls[0].in_place ? 0 : o->check;
+  int checks = T->calls[0].in_place && bench_op_desc(o->op)->in_place_unchecked ? 0 : o->check;
   for (int c = 0; c < checks; c++) {
     uint64_t seed = ++sc->rep;
     if (bench_barrier(r, T->t)) return -1;
@@ -604,7 +608,8 @@ int bench_run_sweep(bench_run_t *r) {
     th[t].calls = calloc((size_t)r->ngpus, sizeof(bench_call_t));
     th[t].mine = calloc((size_t)r->ngpus * (size_t)kmax, sizeof(double));
     th[t].all = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
-    if (!th[t].calls || !th[t].mine || !th[t].all) return BENCH_EXIT_INTERNAL;
+    th[t].vcounts = calloc(4 * (size_t)r->nranks, sizeof(size_t));
+    if (!th[t].calls || !th[t].mine || !th[t].all || !th[t].vcounts) return BENCH_EXIT_INTERNAL;
   }
   if (r->printing) bench_print_header(r);
   r->t_start = bench_now();
@@ -632,6 +637,7 @@ int bench_run_sweep(bench_run_t *r) {
     free(th[t].calls);
     free(th[t].mine);
     free(th[t].all);
+    free(th[t].vcounts);
   }
   free(th);
   free(tid);

@@ -218,8 +218,8 @@ void bench_print_extras(const bench_run_t *r) {
     char roof[16] = "";
     if (r->membw > 0) bench_roof_str(row->roof_pct, roof, sizeof roof);
     char mean[24] = "";
-    if (r->o->sync_per_call && row->side[0].sync_mean_us > 0)
-      snprintf(mean, sizeof mean, "  %.2f", row->side[0].sync_mean_us);
+    if (r->o->sync_per_call && row->side[0].have_stats)
+      snprintf(mean, sizeof mean, "  %.2f", row->side[0].stats.mean);
     printf("# %10zu  %-24s%s  %s%s\n", row->bytes, row->algorithm[0] ? row->algorithm : "-",
            row->fallback ? "(fallback)" : "", roof, mean);
   }
