@@ -144,6 +144,10 @@ void bench_comms_destroy(bench_run_t *r);
 int bench_exit_for(ul_result_t rc);
 /* text output (bench_table.c) */
 void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r);
+/** A "# skipped backend ..." line: printed after the banner (strict parsers expect the
+ *  banner first), held until the banner is out, or until bench_flush_notes. */
+void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void bench_flush_notes(void);
 int bench_gather_devices(bench_run_t *r);
 void bench_print_devices(const bench_run_t *r);
 void bench_print_block_start(const bench_run_t *r);

@@ -3,6 +3,8 @@
  * docs/bench.md ("Output format"): data rows carry exactly nccl-tests' 13 fields (17 per
  * side with -I); everything unilink adds is on '#' lines unless --extra-columns. */
 #define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +13,24 @@
 #include "bench.h"
 
 static int bench_preamble_done;
+static char bench_notes[4096];
+
+void bench_note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (bench_preamble_done) {
+    vprintf(fmt, ap);
+  } else {
+    size_t n = strlen(bench_notes);
+    vsnprintf(bench_notes + n, sizeof bench_notes - n, fmt, ap);
+  }
+  va_end(ap);
+}
+
+void bench_flush_notes(void) {
+  fputs(bench_notes, stdout);
+  bench_notes[0] = 0;
+}
 
 void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r) {
   if (bench_preamble_done) return;
@@ -35,6 +55,7 @@ void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r) {
     printf(" \n");
   }
   printf("#\n");
+  bench_flush_notes();
 }
 
 /* Host names travel as 6-byte chunks in doubles: integers below 2^48 survive the

@@ -359,7 +359,7 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
           op->nthreads * op->ngpus > 1)
         snprintf(why, sizeof why, "it cannot run several ranks in one process (launch under mpirun)");
       if (why[0]) {
-        if (rank0) printf("# skipped backend %s: %s\n", op->backends[b], why);
+        if (rank0) bench_note("# skipped backend %s: %s\n", op->backends[b], why);
         if (op->nbackends == 1)
           exit_code = rc == UL_OK && info.available ? BENCH_EXIT_UNSUPPORTED : BENCH_EXIT_UNAVAILABLE;
         else if (rc != UL_OK) {
@@ -407,7 +407,7 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
     if (r->mpi && r->proc == 0) any_printing = 1;
     if (code != BENCH_EXIT_OK) {
       if (code == BENCH_EXIT_UNAVAILABLE && op->nbackends > 1) {
-        if (rank0) printf("# skipped backend %s: unavailable\n", r->backend);
+        if (rank0) bench_note("# skipped backend %s: unavailable\n", r->backend);
       } else {
         exit_code = exit_code ? exit_code : code;
         failed++;
@@ -424,6 +424,7 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
     runs[nruns++] = r;
   }
   if (nruns == 0) {
+    if (rank0) bench_flush_notes();
     if (failed && rank0) {
       char host[256] = "localhost";
       gethostname(host, sizeof host - 1);
