@@ -2,7 +2,11 @@
  * bookkeeping, the host id's segment prefix, and "does this sentence name rank r". */
 #ifndef UL_TEST_RELIABILITY_UTIL_H
 #define UL_TEST_RELIABILITY_UTIL_H
+/* UL_RELIABILITY_NO_CRITERION: plain programs (the mpi campaign) get the helpers that do
+ * not assert. */
+#ifndef UL_RELIABILITY_NO_CRITERION
 #include <criterion/criterion.h>
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +36,7 @@ static inline void sleep_ms(int ms) {
   }
 }
 
+#ifndef UL_RELIABILITY_NO_CRITERION
 static inline ul_unique_id_t host_id(void) {
   ul_unique_id_t id;
   cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "ul_get_unique_id: %s", ul_last_error());
@@ -53,6 +58,7 @@ static inline void job_prefix(const ul_unique_id_t *id, char *out) {
   for (int i = 0; i < 8; i++)
     n += sprintf(out + n, "%02x", (unsigned char)id->internal[ID_TAG_OFF + i]);
 }
+#endif
 
 /* Names of /dev/shm entries of one job, joined by spaces; returns how many. */
 static inline int job_segments(const char *prefix, char *list, size_t len) {

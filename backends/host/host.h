@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../util/proc_alive.h"
 #include "ul_core.h"
 
 #define HOST_ID_MAGIC "ulh1"
@@ -190,8 +191,6 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
 /* Add to slot->value (release) and wake sleepers. Returns the previous value. */
 uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared);
 void host_slot_wake(host_slot_t *slot, int shared);
-int host_pid_alive(pid_t pid, int pidfd);
-int host_open_pidfd(pid_t pid);
 void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word);
 /* Error sentence for a failed wait on comm c, "what" describes the wait. */
 ul_result_t host_wait_error(const ul_backend_comm_t *c, ul_result_t rc,

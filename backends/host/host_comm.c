@@ -545,7 +545,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
   c->ctrl_shared = !threads; /* thread ranks share this process's one mapping */
   if (!threads)
     for (int r = 0; r < c->nranks; r++)
-      if (c->pids[r] != self) c->pidfds[r] = host_open_pidfd(c->pids[r]);
+      if (c->pids[r] != self) c->pidfds[r] = ulbu_pid_open(c->pids[r]);
   host_attach_close(att); /* rendezvous over: nobody may join this segment any more */
   props->load_store_peers = threads;
   snprintf(props->path, sizeof props->path, "%s", threads ? "threads" : "shm");

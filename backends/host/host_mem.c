@@ -290,7 +290,7 @@ static void host_mem_unlink_dead(ul_backend_comm_t *c) {
   if (c->threads) return;
   pid_t self = getpid();
   for (int p = 0; p < c->nranks; p++)
-    if (c->pids[p] != self && !host_pid_alive(c->pids[p], c->pidfds[p])) {
+    if (c->pids[p] != self && !ulbu_pid_alive(c->pids[p], c->pidfds[p])) {
       host_shm_sweep_stale();
       return;
     }

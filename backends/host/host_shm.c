@@ -277,7 +277,7 @@ void host_shm_sweep_stale(void) {
     pid_t pid = host_shm_creator(de->d_name, dfd);
     if (pid <= 0) continue;
     int lk = host_shm_lock_alive(dfd, pid);
-    if (lk == 1 || (lk < 0 && host_pid_alive(pid, -1))) continue;
+    if (lk == 1 || (lk < 0 && ulbu_pid_alive(pid, -1))) continue;
     char name[300];
     snprintf(name, sizeof name, "/%s", de->d_name);
     if (shm_unlink(name) == 0)

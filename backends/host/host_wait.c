@@ -69,43 +69,6 @@ uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared) {
   return prev;
 }
 
-int host_open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  long fd = syscall(SYS_pidfd_open, pid, 0);
-  if (fd >= 0) {
-    (void)fcntl((int)fd, F_SETFD, FD_CLOEXEC);
-    return (int)fd;
-  }
-#endif
-  return -1;
-}
-
-/* A zombie still answers kill(pid, 0), so also look at its state. */
-static int host_wait_is_zombie(pid_t pid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  const char *p = strrchr(buf, ')'); /* the command name may contain spaces or ')' */
-  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
-int host_pid_alive(pid_t pid, int pidfd) {
-  if (pidfd >= 0) {
-    /* A pidfd becomes readable when the process exits (zombie included) and is immune
-     * to pid reuse. */
-    struct pollfd p = {.fd = pidfd, .events = POLLIN};
-    int r = poll(&p, 1, 0);
-    if (r >= 0) return r == 0;
-  }
-  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
-  return !host_wait_is_zombie(pid);
-}
-
 /* Between slices: our abort, peers' aborts, peers' deaths. */
 static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fail) {
   /* The core stores the flag with __atomic_store_n from another thread (ul_comm_abort):
@@ -124,7 +87,7 @@ static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fai
       return UL_ERR_PEER_LOST;
     }
     if (w->pids && w->pids[p] > 0 && w->pids[p] != w->pids[w->self] &&
-        !host_pid_alive(w->pids[p], w->pidfds ? w->pidfds[p] : -1)) {
+        !ulbu_pid_alive(w->pids[p], w->pidfds ? w->pidfds[p] : -1)) {
       fail->rank = p;
       fail->pid = w->pids[p];
       fail->aborted = 0;

@@ -2,6 +2,7 @@
  * Built as the plugin libunilink-mpi.so so that libunilink itself never links MPI. */
 #define _GNU_SOURCE
 #include "mpi_internal.h"
+#include "proc_alive.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -73,6 +74,8 @@ static uint64_t mpi_job_hash(void) {
 }
 
 /* --------------------------------------------------------------- errors */
+static void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len);
+
 ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
   char text[MPI_MAX_ERROR_STRING] = "";
   int len = 0, cls = mpirc;
@@ -104,6 +107,16 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
   }
   if (r == UL_ERR_PEER_LOST || r == UL_ERR_BACKEND) mpi_g.trouble = 1;
   int rank = c ? c->rank : -1;
+  /* A transport error (a reset connection, a failed shared-memory read) is usually the
+   * death of a peer: say which one when we can see it. */
+  if (c && r == UL_ERR_BACKEND && mpi_find_lost_peer(c) >= 0) {
+    char who[256];
+    mpi_lost_peers_text(c, who, sizeof who);
+    return ul_backend_set_error(c->ucomm, UL_ERR_PEER_LOST,
+                                "rank %d: %s failed: peer %s gone (process exited); MPI said: %s "
+                                "(class %d, code %d)",
+                                rank, call, who, text, cls, mpirc);
+  }
   if (c)
     return ul_backend_set_error(c->ucomm, r, "rank %d: %s failed: %s (MPI error class %d, code %d)",
                                 rank, call, text, cls, mpirc);
@@ -117,8 +130,44 @@ double mpi_now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* One idle step of a polling wait: abort and timeout checks, then spin, yield or sleep.
- * UL_OK: poll again. */
+int mpi_find_lost_peer(ul_backend_comm_t *c) {
+  if (!c || !c->pid_of) return -1;
+  int first = -1;
+  for (int r = 0; r < c->nranks; r++) {
+    if (r == c->rank || c->pidfd_of[r] == -2) continue;
+    if (!ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r])) {
+      if (first < 0) first = r;
+    }
+  }
+  if (first >= 0) {
+    c->lost_rank = first;
+    mpi_g.trouble = 1;
+  }
+  return first;
+}
+
+/* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. More than one
+ * may be gone by the time we look (survivors that saw the loss first leave too), so all
+ * are named rather than guessing which died first. */
+static void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < c->nranks && n < len; r++) {
+    if (r == c->rank || c->pidfd_of[r] == -2 || ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r]))
+      continue;
+    int w = snprintf(buf + n, len - n, "%srank %d (pid %d)", n ? ", " : "", r, (int)c->pid_of[r]);
+    if (w < 0) break;
+    n += (size_t)w;
+  }
+}
+
+/* Peers' liveness costs one poll per peer: every 5 ms of a wait is plenty next to the
+ * timeout and invisible next to the wait itself. */
+#define MPI_LIVENESS_PERIOD_MS 5.0
+static __thread double mpi_next_liveness_ms;
+
+/* One idle step of a polling wait: abort, lost-peer and timeout checks, then spin, yield
+ * or sleep. UL_OK: poll again. */
 ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
                           unsigned *spins) {
   if (c && ((c->abort_flag && *c->abort_flag) || c->dead))
@@ -129,7 +178,18 @@ ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms
   /* Spin briefly for latency, then yield (ranks are often oversubscribed), then
    * sleep once a wait is clearly long, so idle ranks leave the cores to the others. */
   if ((*spins & 63u) == 0) {
-    double el = mpi_now_ms() - t0;
+    double now = mpi_now_ms(), el = now - t0;
+    if (c && el >= MPI_LIVENESS_PERIOD_MS && now >= mpi_next_liveness_ms) {
+      mpi_next_liveness_ms = now + MPI_LIVENESS_PERIOD_MS;
+      if (mpi_find_lost_peer(c) >= 0) {
+        char who[256];
+        mpi_lost_peers_text(c, who, sizeof who);
+        return ul_backend_set_error(c->ucomm, UL_ERR_PEER_LOST,
+                                    "rank %d of %d: %s abandoned: peer %s gone (process exited, "
+                                    "seen on %s); the communicator is unusable",
+                                    c->rank, c->nranks, call, who, c->host_of[c->rank]);
+      }
+    }
     if (timeout_ms > 0 && el >= timeout_ms) {
       mpi_g.trouble = 1;
       if (c)
@@ -434,6 +494,11 @@ static void mpi_comm_free_struct(ul_backend_comm_t *c) {
   if (!c) return;
   free(c->node_of);
   free(c->host_of);
+  if (c->pidfd_of)
+    for (int r = 0; r < c->nranks; r++)
+      if (c->pidfd_of[r] >= 0) close(c->pidfd_of[r]);
+  free(c->pidfd_of);
+  free(c->pid_of);
   free(c->reqs);
   free(c->req_count);
   free(c->req_dt);
@@ -449,8 +514,37 @@ static ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args) {
   c->timeout_ms = args->timeout_ms;
   c->abort_flag = args->abort_flag;
   c->comm = MPI_COMM_NULL;
+  c->lost_rank = -1;
   pthread_mutex_init(&c->lock, NULL);
   return c;
+}
+
+/* Watch the peers that run beside us (same host name and pid namespace): a rank that
+ * dies inside a shared-memory transfer leaves MPI waiting forever, but its exit is
+ * visible here (issue 16: name the lost rank, well before the timeout). */
+static ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c) {
+  int n = c->nranks;
+  uint64_t mine[2] = {(uint64_t)getpid(), ulbu_pid_namespace()}, *all = calloc((size_t)n * 2, 8);
+  c->pid_of = calloc((size_t)n, sizeof *c->pid_of);
+  c->pidfd_of = malloc((size_t)n * sizeof *c->pidfd_of);
+  if (!all || !c->pid_of || !c->pidfd_of) {
+    free(all);
+    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  }
+  for (int r = 0; r < n; r++) c->pidfd_of[r] = -2;
+  MPI_Request req;
+  int rc = MPI_Iallgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, c->comm, &req);
+  ul_result_t res = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Iallgather", c->timeout_ms)
+                                      : mpi_error_set(c, rc, "MPI_Iallgather");
+  if (res == UL_OK)
+    for (int r = 0; r < n; r++) {
+      c->pid_of[r] = (pid_t)all[2 * r];
+      if (r != c->rank && all[2 * r + 1] == mine[1] && mine[1] != 0 &&
+          strcmp(c->host_of[r], c->host_of[c->rank]) == 0)
+        c->pidfd_of[r] = ulbu_pid_open(c->pid_of[r]);
+    }
+  free(all);
+  return res;
 }
 
 /* Node map: ranks that share memory (MPI_COMM_TYPE_SHARED) get the same node id, the
@@ -485,7 +579,7 @@ static ul_result_t mpi_comm_topology_setup(ul_backend_comm_t *c) {
   }
   r = mpi_waitall(c, 2, reqs, "MPI_Iallgather", c->timeout_ms);
   for (int i = 0; i < n; i++) c->host_of[i][MPI_MAX_PROCESSOR_NAME - 1] = '\0';
-  return r;
+  return r == UL_OK ? mpi_comm_liveness_setup(c) : r;
 }
 
 /* Common tail of comm_init and comm_split: c->comm is ours. */

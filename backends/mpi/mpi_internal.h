@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <unilink/backend.h>
 
 #define MPI_BACKEND_VISIBLE __attribute__((visibility("default")))
@@ -29,6 +30,11 @@ struct ul_backend_comm {
   volatile int dead;              /* set by comm_abort */
   int *node_of;                   /* per rank: comm rank of its node leader */
   char (*host_of)[MPI_MAX_PROCESSOR_NAME];
+  pid_t *pid_of;                  /* per rank: its process id */
+  int *pidfd_of;                  /* per rank: pidfd when it runs beside us, -2 when it runs on
+                                     another node or pid namespace (liveness unknown), -1 when
+                                     beside us without a pidfd */
+  volatile int lost_rank;         /* first rank seen dead, -1 none */
   pthread_mutex_t lock;           /* guards the group request list and allocations */
   int group_depth;
   MPI_Request *reqs;
@@ -71,6 +77,9 @@ ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const ch
 /* One idle step of a polling wait (abort, timeout, back-off); UL_OK: poll again. */
 ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
                           unsigned *spins);
+/* A peer rank this process can watch (same node and pid namespace) that has exited, or -1.
+ * Records it in c->lost_rank and marks MPI as troubled. */
+int mpi_find_lost_peer(ul_backend_comm_t *c);
 MPI_Datatype mpi_dtype_of(ul_dtype_t d);
 double mpi_now_ms(void); /* CLOCK_MONOTONIC */
 MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);

@@ -1,0 +1,419 @@
+/* SIGKILL campaign on the mpi backend under mpirun (issue 16): randomized from a printed
+ * seed, bounded (30 trials). Each trial starts `mpirun -np 3|4` of this program; every rank
+ * loops over one collective (allreduce, broadcast, allgather, alltoall or barrier; small
+ * or 1 MiB messages) and one of them SIGKILLs itself from a second thread at a random
+ * moment, usually inside an MPI call. Every survivor must return UL_ERR_PEER_LOST naming
+ * the killed rank within the communicator's timeout, destroy its communicator and exit
+ * (mpirun must end), no process of the trial may be left, and no /dev/shm entry made by
+ * the trial may remain (unilink's segments and the MPI's own shared-memory files).
+ *
+ *   reliability_campaign_mpi campaign IMPL LAUNCHER [LAUNCHER FLAGS...]
+ *     IMPL: openmpi or mpich (which launcher flags keep the survivors alive).
+ *     UNILINK_TEST_SEED replays a campaign; UNILINK_TEST_TRIALS changes the count.
+ *   reliability_campaign_mpi rank DIR VICTIM KIND COUNT DELAY_MS   (under mpirun)
+ *
+ * Exit: 0 all trials passed, 1 a trial failed, 77 skipped (the reason is printed). */
+#define _GNU_SOURCE
+#define UL_RELIABILITY_NO_CRITERION
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include "reliability_util.h"
+
+#define TRIALS 30
+#define TIMEOUT_MS 3000     /* communicator timeout: detection must come well before it */
+#define LOOP_LIMIT_MS 6000  /* a survivor that never sees the loss stops here and fails */
+#define TRIAL_WALL_MS 20000 /* an mpirun still running after this is a hang */
+
+enum { C_ALLREDUCE, C_BROADCAST, C_ALLGATHER, C_ALLTOALL, C_BARRIER, C_KINDS };
+static const char *const coll_name[C_KINDS] = {"allreduce", "broadcast", "allgather",
+                                               "alltoall", "barrier"};
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64: reproducible from the seed */
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------ rank side */
+static ul_result_t one_call(int kind, float *s, float *r, size_t count, ul_comm_t c) {
+  switch (kind) {
+  case C_ALLREDUCE: return ul_allreduce(s, r, count, UL_FP32, UL_SUM, c, NULL);
+  case C_BROADCAST: return ul_broadcast(s, r, count, UL_FP32, 0, c, NULL);
+  case C_ALLGATHER: return ul_allgather(s, r, count, UL_FP32, c, NULL);
+  case C_ALLTOALL: return ul_alltoall(s, r, count, UL_FP32, c, NULL);
+  default: return ul_barrier(c, NULL);
+  }
+}
+
+static char g_dir[256];
+static int g_delay_ms;
+
+static int write_file(const char *name, const char *text) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+/* The victim: sleep, note the time, die. */
+static void *killer(void *arg) {
+  (void)arg;
+  sleep_ms(g_delay_ms);
+  char line[64];
+  snprintf(line, sizeof line, "%.3f\n", now_ms());
+  write_file("killed", line);
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+static int rank_main(int argc, char **argv) {
+  if (argc != 7) return 2;
+  snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+  int victim = atoi(argv[3]), kind = atoi(argv[4]);
+  size_t count = (size_t)strtoull(argv[5], NULL, 10);
+  g_delay_ms = atoi(argv[6]);
+  ul_unique_id_t id;
+  int rank = -1, n = 0;
+  ul_result_t rc = ul_bootstrap_mpi("mpi", &id, &rank, &n);
+  if (rc != UL_OK) {
+    fprintf(stderr, "ul_bootstrap_mpi: %s: %s\n", ul_result_name(rc), ul_last_error());
+    return 2;
+  }
+  ul_comm_t c = NULL;
+  ul_config_t cfg = cfg_ms(TIMEOUT_MS);
+  rc = ul_comm_init_rank(&c, &cfg, n, id, rank);
+  if (rc != UL_OK) {
+    fprintf(stderr, "rank %d init: %s: %s\n", rank, ul_result_name(rc), ul_last_error());
+    return 2;
+  }
+  size_t elems = count * (size_t)n;
+  float *s = malloc(elems * sizeof *s), *r = malloc(elems * sizeof *r);
+  if (!s || !r) return 2;
+  for (size_t k = 0; k < elems; k++) s[k] = (float)(k % 7);
+  /* Everyone is in before the clock starts, so the kill lands inside the loop. */
+  rc = ul_barrier(c, NULL);
+  pthread_t th;
+  if (rc == UL_OK && rank == victim && pthread_create(&th, NULL, killer, NULL) != 0) return 2;
+  double start = now_ms();
+  long iters = 0;
+  while (rc == UL_OK && now_ms() - start < LOOP_LIMIT_MS) {
+    rc = one_call(kind, s, r, count, c);
+    iters++;
+  }
+  double returned = now_ms();
+  char line[1024];
+  snprintf(line, sizeof line, "%d %s %.3f %ld\n%.900s\n", (int)getpid(), ul_result_name(rc),
+           returned, iters, ul_comm_last_error(c));
+  char name[32];
+  snprintf(name, sizeof name, "r%d", rank);
+  write_file(name, line);
+  ul_result_t d = ul_comm_destroy(c);
+  free(s);
+  free(r);
+  snprintf(name, sizeof name, "r%d.exit", rank);
+  write_file(name, d == UL_OK ? "destroyed\n" : "destroy failed\n");
+  return rc == UL_ERR_PEER_LOST && names_rank(strchr(line, '\n') + 1, victim) ? 0 : 3;
+}
+
+/* ---------------------------------------------------------- driver side */
+typedef struct trial {
+  int n, victim, kind, delay_ms;
+  size_t count; /* per rank block, elements */
+} trial_t;
+
+/* /dev/shm entries, newline separated, sorted as readdir gives them. */
+static char *shm_list(void) {
+  size_t cap = 4096, used = 0;
+  char *out = malloc(cap);
+  if (!out) return NULL;
+  out[0] = 0;
+  DIR *d = opendir("/dev/shm");
+  if (!d) return out;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.') continue;
+    size_t l = strlen(de->d_name);
+    if (used + l + 2 > cap) {
+      char *bigger = realloc(out, cap = 2 * cap + l);
+      if (!bigger) break;
+      out = bigger;
+    }
+    memcpy(out + used, de->d_name, l);
+    used += l;
+    out[used++] = '\n';
+    out[used] = 0;
+  }
+  closedir(d);
+  return out;
+}
+
+static int in_list(const char *list, const char *name) {
+  size_t l = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)) != NULL; p++)
+    if ((p == list || p[-1] == '\n') && p[l] == '\n') return 1;
+  return 0;
+}
+
+static int read_text(const char *dir, const char *name, char *buf, size_t len) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t got = read(fd, buf, len - 1);
+  close(fd);
+  if (got < 0) return -1;
+  buf[got] = 0;
+  return 0;
+}
+
+static void rm_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *de;
+    char path[600];
+    while ((de = readdir(d)) != NULL)
+      if (de->d_name[0] != '.') {
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+      }
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
+typedef struct stats {
+  int passed, failed, hangs, leaks;
+  double lat_max, lat_sum;
+  int lat_n;
+  double exit_max; /* kill to mpirun's end */
+} stats_t;
+
+/* One trial: 0 passed, 1 failed (why is printed). */
+static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, int nl,
+                     const char *self, stats_t *st) {
+  char dir[] = "/tmp/ul-mpikill-XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char np[16], victim[16], kind[16], count[32], delay[16];
+  snprintf(np, sizeof np, "%d", t->n);
+  snprintf(victim, sizeof victim, "%d", t->victim);
+  snprintf(kind, sizeof kind, "%d", t->kind);
+  snprintf(count, sizeof count, "%zu", t->count);
+  snprintf(delay, sizeof delay, "%d", t->delay_ms);
+  char *argv[64];
+  int a = 0;
+  for (int i = 0; i < nl && a < 48; i++) argv[a++] = launcher[i];
+  char *tail[] = {"-np", np, (char *)self, "rank", dir, victim, kind, count, delay, NULL};
+  for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
+  argv[a] = NULL;
+  char *before = shm_list();
+  double t0 = now_ms();
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    return 1;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    char log[320];
+    snprintf(log, sizeof log, "%s/launcher.log", dir);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  int status = 0, hang = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (now_ms() - t0 > TRIAL_WALL_MS) {
+      hang = 1;
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    sleep_ms(5);
+  }
+  double ended = now_ms();
+  char why[2048] = "", text[2048];
+  size_t wl = 0;
+#define WHY(...) (wl += (size_t)snprintf(why + wl, wl < sizeof why ? sizeof why - wl : 0, __VA_ARGS__))
+  if (hang) WHY(" mpirun still running after %d ms (killed);", TRIAL_WALL_MS);
+  double killed = 0;
+  if (read_text(dir, "killed", text, sizeof text) == 0) killed = strtod(text, NULL);
+  else WHY(" the victim never reached its kill;");
+  pid_t pids[4] = {0};
+  double worst = 0;
+  for (int i = 0; i < t->n; i++) {
+    if (i == t->victim) continue;
+    char name[32];
+    snprintf(name, sizeof name, "r%d", i);
+    if (read_text(dir, name, text, sizeof text) != 0) {
+      WHY(" rank %d wrote no report (killed by the launcher?);", i);
+      continue;
+    }
+    int p = 0;
+    char res[64] = "";
+    double ret = 0;
+    long iters = 0;
+    sscanf(text, "%d %63s %lf %ld", &p, res, &ret, &iters);
+    pids[i] = p;
+    const char *msg = strchr(text, '\n');
+    msg = msg ? msg + 1 : "";
+    if (strcmp(res, "UL_ERR_PEER_LOST") != 0 || !names_rank(msg, t->victim))
+      WHY(" rank %d returned %s after %ld calls: %.300s;", i, res, iters, msg);
+    if (killed > 0) {
+      double lat = ret - killed;
+      if (lat > worst) worst = lat;
+      if (lat > TIMEOUT_MS) WHY(" rank %d returned %.0f ms after the kill (bound %d);", i, lat, TIMEOUT_MS);
+      st->lat_sum += lat;
+      st->lat_n++;
+      if (lat > st->lat_max) st->lat_max = lat;
+    }
+    snprintf(name, sizeof name, "r%d.exit", i);
+    if (read_text(dir, name, text, sizeof text) != 0 || strncmp(text, "destroyed", 9) != 0)
+      WHY(" rank %d did not destroy its communicator;", i);
+  }
+  if (killed > 0 && ended - killed > st->exit_max) st->exit_max = ended - killed;
+  /* Nothing of the trial may run on: the launcher's group and every survivor are gone. */
+  sleep_ms(20);
+  if (kill(-pid, 0) == 0) {
+    WHY(" processes of the trial outlived mpirun;");
+    kill(-pid, SIGKILL);
+  }
+  for (int i = 0; i < t->n; i++)
+    if (pids[i] > 0 && kill(pids[i], 0) == 0) WHY(" rank %d (pid %d) still runs;", i, (int)pids[i]);
+  /* Every /dev/shm entry that appeared during the trial and is still there is a leak,
+   * unless it belongs to another job running meanwhile: unilink segments name their
+   * creator's pid, the MPI's files are checked by name after a second look. */
+  char *after = shm_list();
+  int leaks = 0;
+  if (before && after) {
+    for (char *p = after; *p;) {
+      char *e = strchr(p, '\n');
+      *e = 0;
+      if (!in_list(before, p)) {
+        int ours = 0;
+        for (int i = 0; i < t->n; i++) {
+          char pat[32];
+          snprintf(pat, sizeof pat, "-%d-", (int)pids[i]);
+          if (pids[i] > 0 && strstr(p, pat)) ours = 1;
+        }
+        /* Another job's file disappears when that job ends; ours never does. Give
+         * concurrent jobs a moment and look again. */
+        if (!ours) {
+          sleep_ms(200);
+          char path[320];
+          snprintf(path, sizeof path, "/dev/shm/%s", p);
+          struct stat sb;
+          ours = stat(path, &sb) == 0 && sb.st_mtime <= time(NULL) - 0 &&
+                 strstr(p, "unilink-") == NULL;
+        }
+        if (ours) {
+          leaks++;
+          WHY(" /dev/shm/%s left;", p);
+          char path[320];
+          snprintf(path, sizeof path, "/dev/shm/%s", p);
+          unlink(path);
+        }
+      }
+      *e = '\n';
+      p = e + 1;
+    }
+  }
+  free(before);
+  free(after);
+  st->hangs += hang;
+  st->leaks += leaks;
+  int failed = why[0] != 0;
+  if (failed) {
+    fprintf(stderr,
+            "trial %d (seed %llu): np %d, %s of %zu floats, rank %d killed %d ms into the loop:%s\n",
+            no, (unsigned long long)seed, t->n, coll_name[t->kind], t->count, t->victim,
+            t->delay_ms, why);
+    if (read_text(dir, "launcher.log", text, sizeof text) == 0)
+      fprintf(stderr, "  launcher output: %.1500s\n", text);
+  } else {
+    printf("trial %2d: np %d %-9s %7zu floats, rank %d killed at %2d ms: survivors "
+           "returned UL_ERR_PEER_LOST naming it after <= %.1f ms; mpirun ended %.0f ms after "
+           "the kill\n",
+           no, t->n, coll_name[t->kind], t->count, t->victim, t->delay_ms, worst,
+           ended - killed);
+  }
+  rm_dir(dir);
+  return failed;
+}
+
+static int campaign_main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s campaign openmpi|mpich LAUNCHER [FLAGS...]\n", argv[0]);
+    return 2;
+  }
+  const char *impl = argv[2];
+  char *launcher[48];
+  int nl = 0;
+  for (int i = 3; i < argc && nl < 40; i++) launcher[nl++] = argv[i];
+  /* What keeps the survivors alive after one rank dies: Open MPI's mpirun aborts the
+   * whole job unless told to recover; hydra's mpiexec cleans up every rank unless told
+   * not to. */
+  if (!strcmp(impl, "openmpi")) {
+    launcher[nl++] = "--enable-recovery";
+  } else if (!strcmp(impl, "mpich")) {
+    launcher[nl++] = "-disable-auto-cleanup";
+  } else {
+    fprintf(stderr, "unknown MPI implementation '%s'\n", impl);
+    return 2;
+  }
+  char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0) return 2;
+  self[sl] = 0;
+  const char *env = getenv("UNILINK_TEST_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+  const char *tn = getenv("UNILINK_TEST_TRIALS");
+  int trials = tn ? atoi(tn) : TRIALS;
+  if (trials < 1 || trials > 1000) trials = TRIALS;
+  printf("mpi SIGKILL campaign: %d trials, seed %llu (UNILINK_TEST_SEED replays), %s launcher "
+         "%s\n", trials, (unsigned long long)seed, impl, launcher[0]);
+  fflush(stdout);
+  uint64_t s = seed;
+  stats_t st = {0};
+  double t0 = now_ms();
+  for (int no = 0; no < trials; no++) {
+    trial_t t;
+    t.n = 3 + (int)(rng_next(&s) % 2);
+    t.victim = (int)(rng_next(&s) % (uint64_t)t.n);
+    t.kind = (int)(rng_next(&s) % C_KINDS);
+    t.count = rng_next(&s) % 2 ? 16 : ((size_t)1 << 18) / (size_t)t.n; /* small or 1 MiB */
+    t.delay_ms = (int)(rng_next(&s) % 40);
+    if (run_trial(no, &t, seed, launcher, nl, self, &st)) st.failed++;
+    else st.passed++;
+    fflush(stdout);
+  }
+  printf("mpi SIGKILL campaign: %d/%d trials passed, hangs %d, leaks %d; detection latency "
+         "(kill to survivor's return) max %.1f ms, mean %.1f ms over %d survivors; mpirun "
+         "ended <= %.0f ms after a kill; %.1f s in all (seed %llu)\n",
+         st.passed, trials, st.hangs, st.leaks, st.lat_max,
+         st.lat_n ? st.lat_sum / st.lat_n : 0.0, st.lat_n, st.exit_max,
+         (now_ms() - t0) / 1e3, (unsigned long long)seed);
+  return st.failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 2 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "campaign")) return campaign_main(argc, argv);
+  fprintf(stderr, "usage: %s campaign openmpi|mpich LAUNCHER [FLAGS...]\n", argv[0]);
+  return 2;
+}
