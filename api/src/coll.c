@@ -276,7 +276,7 @@ static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backen
 
 int ul__fatal_error(ul_result_t rc) {
   return rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED ||
-         rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
+         rc == UL_ERR_REVOKED || rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
 }
 
 /* Staged exchange for device-memory backends: the host data goes to device scratch, an

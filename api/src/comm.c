@@ -735,3 +735,13 @@ void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info) {
   comm->last_call = *info;
   comm_unlock(comm);
 }
+
+/* comm_recover.c builds the shrunk communicator the way init does. */
+ul_comm_t ul__comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank, int nranks) {
+  return comm_alloc(be, cfg, rank, nranks);
+}
+void ul__comm_free(ul_comm_t c) { comm_free(c); }
+void ul__comm_fill_args(ul_backend_comm_args_t *a, ul_comm_t c, const char *options) {
+  fill_args(a, c, NULL, options);
+}
+ul_result_t ul__comm_finish_setup(ul_comm_t c) { return comm_finish_setup(c); }

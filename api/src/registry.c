@@ -147,6 +147,14 @@ static ul_result_t ul__stub_mem_set(ul_backend_comm_t *c, void *dst, int value, 
                                     ul_backend_stream_t *s) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *a,
+                                        ul_backend_comm_t **o, ul_backend_comm_props_t *p,
+                                        int *r, int *n) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_comm_failed_ranks(ul_backend_comm_t *c, int *r, int m, int *n) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -188,7 +196,10 @@ static ul_result_t ul__stub_mem_set(ul_backend_comm_t *c, void *dst, int value, 
   X(mem_import, ul__stub_mem_import)              \
   X(mem_kind, ul__stub_mem_kind)                  \
   X(mem_copy, ul__stub_mem_copy)                  \
-  X(mem_set, ul__stub_mem_set)
+  X(mem_set, ul__stub_mem_set)                    \
+  X(comm_revoke, ul__stub_comm)                   \
+  X(comm_shrink, ul__stub_comm_shrink)            \
+  X(comm_failed_ranks, ul__stub_comm_failed_ranks)
 
 #define UL__COLL_LIST(X) \
   X(allreduce)           \

@@ -219,6 +219,13 @@ UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const 
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
 /* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
 UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
+/* comm.c, for comm_recover.c: the steps of ul_comm_init_rank (alloc registers the handle
+ * as live; fill_args: no id payload; finish_setup: the generic layer, collective). */
+UL__HIDDEN ul_comm_t ul__comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank,
+                                    int nranks);
+UL__HIDDEN void ul__comm_free(ul_comm_t c);
+UL__HIDDEN void ul__comm_fill_args(ul_backend_comm_args_t *a, ul_comm_t c, const char *options);
+UL__HIDDEN ul_result_t ul__comm_finish_setup(ul_comm_t c);
 /* coll.c: allgather of core-owned host data (split colors, window sizes, check records)
  * over @comm. @all has nranks * bytes. Never touches the user's last-call record. On a
  * device-memory backend the data is staged through device scratch with mem_copy, since

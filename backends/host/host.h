@@ -39,7 +39,7 @@
 #define HOST_SHM_PREFIX "unilink-" /* as listed in /dev/shm */
 #define HOST_NAME_MAX_LEN 64
 #define HOST_CTRL_MAGIC 0x756c686f73746331ULL /* "ulhostc1" */
-#define HOST_CTRL_VERSION 1u
+#define HOST_CTRL_VERSION 2u /* 2: revoke and shrink fields */
 #define HOST_CACHELINE 64
 #define HOST_HUGE_ALIGN (2u << 20)
 
@@ -58,7 +58,12 @@ typedef struct host_ctrl_rank {
   _Atomic int32_t aborted; /* the rank ran comm_abort */
   int32_t status;          /* window exchange step 1 (publish): UL_OK or the rank's error */
   int32_t status2;         /* window exchange step 2 (map peers) */
-  int32_t pad0;
+  _Atomic int32_t left;    /* the rank destroyed its communicator: it will not come back */
+  /* Shrink (host_recover.c): the k of the rank's k-th ul_comm_shrink once it is in it;
+   * member = k when the coordinator of shrink k kept it, with its new rank. */
+  _Atomic uint32_t shrink_epoch;
+  _Atomic uint32_t shrink_member;
+  int32_t shrink_new_rank;
   /* Window exchange (valid between the registration barriers). */
   char seg_name[HOST_NAME_MAX_LEN]; /* process mode: segment holding the window */
   uint64_t seg_offset;              /* window base - segment base */
@@ -82,6 +87,10 @@ typedef struct host_ctrl {
   char win_sig_name[HOST_NAME_MAX_LEN]; /* process mode: signal segment of a window */
   uint64_t win_sig_ptr;         /* thread mode: heap signal array of a window */
   uint64_t win_sig_bytes;
+  _Atomic int32_t revoked;      /* ul_comm_revoke on any rank: every wait returns REVOKED */
+  int32_t shrink_new_nranks;    /* decision of the last shrink (valid once decided) */
+  _Atomic uint32_t shrink_decided; /* k once shrink k's survivors are written */
+  unsigned char shrink_id[HOST_ID_USED]; /* unique id of the shrunk communicator */
   host_ctrl_rank_t ranks[];
 } host_ctrl_t;
 
@@ -171,6 +180,7 @@ struct ul_backend_comm {
   host_import_t *imports;   /* guarded by lock */
   int nimports, cap_imports;
   uint64_t import_clock;
+  uint32_t shrinks;         /* ul_comm_shrink calls on this communicator so far */
 };
 
 /* ---- host_shm.c ---- */
@@ -196,7 +206,16 @@ void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl
 ul_result_t host_wait_error(const ul_backend_comm_t *c, ul_result_t rc,
                             const host_wait_fail_t *fail, const char *what);
 
+/* ---- host_recover.c ---- */
+ul_result_t host_comm_revoke(ul_backend_comm_t *c);
+ul_result_t host_comm_failed_ranks(ul_backend_comm_t *c, int *ranks, int max, int *count);
+ul_result_t host_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *args,
+                             ul_backend_comm_t **out, ul_backend_comm_props_t *props,
+                             int *new_rank, int *new_nranks);
+
 /* ---- host_comm.c ---- */
+/* Wake every waiter on c's control words and windows (abort, revoke); never blocks. */
+void host_comm_wake_all(ul_backend_comm_t *c);
 ul_result_t host_get_unique_id(unsigned char *payload, size_t payload_bytes);
 ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t **out,
                            ul_backend_comm_props_t *props);

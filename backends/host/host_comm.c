@@ -622,6 +622,8 @@ ul_result_t host_comm_finalize(ul_backend_comm_t *c) {
 
 ul_result_t host_comm_destroy(ul_backend_comm_t *c) {
   if (!c) return UL_OK;
+  /* Peers that shrink later count us out at once instead of waiting for us. */
+  atomic_store_explicit(&c->ctrl->ranks[c->rank].left, 1, memory_order_release);
   host_mem_release_all(c);
   if (c->heap_refs) {
     if (atomic_fetch_sub(c->heap_refs, 1) == 1) {
@@ -640,6 +642,11 @@ ul_result_t host_comm_abort(ul_backend_comm_t *c) {
   atomic_store(&c->dead, 1);
   /* Peers blocked on us see this between their sleep slices and stop waiting. */
   atomic_store_explicit(&c->ctrl->ranks[c->rank].aborted, 1, memory_order_release);
+  host_comm_wake_all(c);
+  return UL_OK;
+}
+
+void host_comm_wake_all(ul_backend_comm_t *c) {
   host_slot_wake(&c->ctrl->arrived, c->ctrl_shared);
   host_slot_wake(&c->ctrl->barrier, c->ctrl_shared);
   /* Never block: if the window list is busy, the waiters notice within one slice. */
@@ -649,7 +656,6 @@ ul_result_t host_comm_abort(ul_backend_comm_t *c) {
         host_slot_wake(&w->sig[(size_t)w->self * (size_t)w->nsig + (size_t)i], w->futex_shared);
     pthread_mutex_unlock(&c->lock);
   }
-  return UL_OK;
 }
 
 ul_result_t host_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *out) {

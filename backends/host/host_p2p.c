@@ -81,6 +81,12 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
 ul_result_t host_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                              uint64_t *value) {
   UL_CHECK(host_p2p_index(c, w, index));
+  /* Pollers (the generic point-to-point loop) learn of a revoke here. */
+  if (atomic_load_explicit(&c->ctrl->revoked, memory_order_acquire))
+    return ul_backend_set_error(c->handle, UL_ERR_REVOKED,
+                                "host: rank %d: the communicator was revoked (ul_comm_revoke on "
+                                "some rank); shrink or destroy it",
+                                c->rank);
   *value = atomic_load_explicit(&w->sig[(size_t)w->self * (size_t)w->nsig + (size_t)index].value,
                                 memory_order_acquire);
   return UL_OK;

@@ -77,6 +77,7 @@ static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fai
       (w->dead && atomic_load(w->dead)))
     return UL_ERR_ABORTED;
   if (!w->ctrl) return UL_OK;
+  if (atomic_load_explicit(&w->ctrl->revoked, memory_order_acquire)) return UL_ERR_REVOKED;
   for (int p = 0; p < w->nranks; p++) {
     if (p == w->self) continue;
     host_ctrl_rank_t *r = &w->ctrl->ranks[p];
@@ -190,6 +191,11 @@ ul_result_t host_wait_error(const ul_backend_comm_t *c, ul_result_t rc,
                                 "host: rank %d: peer rank %d (pid %d) exited while this rank was "
                                 "%s",
                                 c->rank, fail->rank, (int)fail->pid, what);
+  case UL_ERR_REVOKED:
+    return ul_backend_set_error(c->handle, rc,
+                                "host: rank %d: the communicator was revoked (ul_comm_revoke on "
+                                "some rank) while this rank was %s; shrink or destroy it",
+                                c->rank, what);
   case UL_ERR_TIMEOUT:
     return ul_backend_set_error(c->handle, rc, "host: rank %d: timed out after %d ms %s", c->rank,
                                 c->timeout_ms, what);

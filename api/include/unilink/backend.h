@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 2
+#define UL_BACKEND_ABI_MINOR 3
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -256,6 +256,24 @@ typedef struct ul_backend_ops {
   /** dst[0..bytes) <- (unsigned char)value, host or device memory, ordered on s. */
   ul_result_t (*mem_set)(ul_backend_comm_t *c, void *dst, int value, size_t bytes,
                          ul_backend_stream_t *s);
+
+  /* --- recovery (ABI 1.3, optional: absent -> ul_comm_revoke/shrink give
+   *     UL_ERR_UNSUPPORTED) ------------------------------------------------- */
+  /** Make every rank's current and later waits on c return UL_ERR_REVOKED (this rank's
+   *  and, through the backend's own channel, every peer's). Must not block and must not
+   *  free; may be called from any thread, also while other threads wait on c; idempotent. */
+  ul_result_t (*comm_revoke)(ul_backend_comm_t *c);
+  /** Collective over the surviving ranks of c (revoked, failed or healthy): agree on the
+   *  alive set, bounded by args->timeout_ms, then create this rank's communicator among
+   *  the survivors. args carries the new core handle (args->comm), device, timeout, abort
+   *  flag, name and options; args->rank/nranks/id_payload are ignored: the agreement
+   *  decides *new_rank (old-rank order among survivors) and *new_nranks. */
+  ul_result_t (*comm_shrink)(ul_backend_comm_t *c, const ul_backend_comm_args_t *args,
+                             ul_backend_comm_t **out, ul_backend_comm_props_t *props,
+                             int *new_rank, int *new_nranks);
+  /** Local, non-blocking: the ranks of c this rank knows are lost, ascending (up to max
+   *  in ranks), their number in *count. */
+  ul_result_t (*comm_failed_ranks)(ul_backend_comm_t *c, int *ranks, int max, int *count);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */

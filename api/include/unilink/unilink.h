@@ -64,6 +64,7 @@ extern "C" {
   X(UL_ERR_VERSION, -12, "incompatible version")                                                 \
   X(UL_ERR_NOT_FOUND, -13, "not found")                                                          \
   X(UL_ERR_INTERNAL, -14, "internal error")                                                      \
+  X(UL_ERR_REVOKED, -15, "communicator was revoked")                                             \
   X(UL_IN_PROGRESS, 1, "operation in progress")
 
 typedef enum ul_result {
@@ -313,6 +314,39 @@ UL_API ul_result_t ul_comm_device(ul_comm_t comm, int *device);
 /** The communicator's sticky error (UL_OK if none): set by a timeout, a lost peer or
  *  an abort, reported by every later call until destroy. */
 UL_API ul_result_t ul_comm_get_error(ul_comm_t comm);
+
+/* ------------------------------------------------------------------------- */
+/* Recovery after a lost rank (ULFM's revoke/shrink, NCCL's ncclCommShrink)   */
+/* ------------------------------------------------------------------------- */
+
+/** Revoke @p comm on every rank: each rank's current and later operations on it return
+ *  UL_ERR_REVOKED (sticky: ul_comm_get_error reports it), so every rank leaves the
+ *  operation it is in with one error, even ranks not waiting on the lost one. Does not
+ *  block and may be called from any thread; idempotent. Only ul_comm_shrink,
+ *  ul_comm_failed_ranks, ul_comm_abort, ul_comm_destroy and the queries (rank, size,
+ *  errors) still work on a revoked communicator.
+ *  @return UL_OK (also when already revoked); UL_ERR_INVALID_ARG (not a live
+ *          communicator); UL_ERR_UNSUPPORTED (the backend cannot; the sentence says). */
+UL_API ul_result_t ul_comm_revoke(ul_comm_t comm);
+
+/** Collective over the survivors of @p comm (every rank not lost): they agree on which
+ *  ranks are alive and each gets *newcomm, a communicator of exactly those ranks,
+ *  renumbered in old-rank order (old ranks 0,2,3 alive -> new 0,1,2). Works on a revoked
+ *  communicator and on one whose sticky error is UL_ERR_PEER_LOST or UL_ERR_TIMEOUT; on
+ *  a healthy one it gives a communicator of the same ranks. @p comm itself stays as it
+ *  is (destroy it afterwards). @p config NULL inherits comm's configuration. Bounded by
+ *  the timeout: it never blocks forever.
+ *  @return UL_OK; UL_ERR_INVALID_ARG (NULL comm/newcomm, bad config); UL_ERR_UNSUPPORTED
+ *          (the backend cannot shrink); UL_ERR_TIMEOUT (the survivors did not agree in
+ *          time); UL_ERR_ABORTED. On error *newcomm is NULL. */
+UL_API ul_result_t ul_comm_shrink(ul_comm_t comm, ul_comm_t *newcomm, const ul_config_t *config);
+
+/** The ranks of @p comm this rank knows to be lost (dead processes, aborted or destroyed
+ *  thread ranks), ascending: up to @p max of them in @p ranks (may be NULL when max is
+ *  0), and their number in *count. Local, does not block.
+ *  @return UL_OK; UL_ERR_INVALID_ARG (NULL count, max < 0, NULL ranks with max > 0);
+ *          UL_ERR_UNSUPPORTED (the backend cannot tell). */
+UL_API ul_result_t ul_comm_failed_ranks(ul_comm_t comm, int *ranks, int max, int *count);
 
 /** The last error sentence for @p comm: what failed, which rank, which call and the
  *  vendor's own code. NULL comm: the calling thread's last error outside a

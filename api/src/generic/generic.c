@@ -407,6 +407,19 @@ static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *
   }
   struct timespec ts = {0, 50000};
   nanosleep(&ts, NULL);
+  /* A pending peer that is lost will never answer: say so now, not at the timeout. */
+  if ((*spins & 63) == 0 && !ul__op_is_stub((const void *)c->backend->ops.comm_failed_ranks)) {
+    int lost[64], nlost = 0;
+    if (c->backend->ops.comm_failed_ranks(c->bcomm, lost, 64, &nlost) == UL_OK)
+      for (int i = 0; i < nops; i++)
+        for (int k = 0; k < nlost && k < 64 && !fin[i]; k++)
+          if (ops[i].peer == lost[k])
+            return ul__comm_set_error(c, UL_ERR_PEER_LOST,
+                                      "group #%llu: peer rank %d was lost (aborted, destroyed "
+                                      "its communicator or exited) with a %s it pending",
+                                      (unsigned long long)g->seq, lost[k],
+                                      ops[i].is_send ? "send to" : "receive from");
+  }
   if (c->config.timeout_ms > 0 && (*spins & 63) == 0) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
