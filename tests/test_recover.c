@@ -260,3 +260,50 @@ Test(recover, bad_input_and_unsupported, .timeout = 30) {
   cr_expect_neq(strstr(ul_comm_last_error(c), "sim"), NULL, "%s", ul_comm_last_error(c));
   ul_comm_destroy(c);
 }
+
+/* A receive from a rank that aborts: PEER_LOST naming it at once, not at the timeout. */
+typedef struct p2p_rank {
+  ul_unique_id_t id;
+  int rank;
+  ul_result_t rc;
+  double ms;
+  char msg[512];
+} p2p_rank_t;
+
+static void *p2p_thread(void *p) {
+  p2p_rank_t *t = p;
+  ul_comm_t c = NULL;
+  ul_config_t cfg = cfg_ms(LONG_MS);
+  if (ul_comm_init_rank(&c, &cfg, 2, t->id, t->rank) != UL_OK) {
+    t->rc = UL_ERR_INTERNAL;
+    return NULL;
+  }
+  int32_t x = 0;
+  if (t->rank == 1) {
+    sleep_ms(100);
+    ul_comm_abort(c);
+    return NULL;
+  }
+  double t0 = now_ms();
+  t->rc = ul_recv(&x, 1, UL_INT32, 1, c, NULL);
+  t->ms = now_ms() - t0;
+  snprintf(t->msg, sizeof t->msg, "%s", ul_comm_last_error(c));
+  ul_comm_destroy(c);
+  return NULL;
+}
+
+Test(recover, recv_from_lost_peer_is_peer_lost_at_once, .timeout = 60) {
+  ul_unique_id_t id = host_id();
+  p2p_rank_t t[2];
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) {
+    memset(&t[r], 0, sizeof t[r]);
+    t[r].id = id;
+    t[r].rank = r;
+    pthread_create(&th[r], NULL, p2p_thread, &t[r]);
+  }
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  cr_expect_eq(t[0].rc, UL_ERR_PEER_LOST, "%s: %s", ul_result_name(t[0].rc), t[0].msg);
+  cr_expect(names_rank(t[0].msg, 1), "%s", t[0].msg);
+  cr_expect_lt(t[0].ms, 2000.0, "waited %.0f ms (timeout %d)", t[0].ms, LONG_MS);
+}
