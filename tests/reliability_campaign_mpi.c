@@ -3,7 +3,8 @@
  * loops over one collective (allreduce, broadcast, allgather, alltoall or barrier; small
  * or 1 MiB messages) and one of them SIGKILLs itself from a second thread at a random
  * moment, usually inside an MPI call. Every survivor must return UL_ERR_PEER_LOST naming
- * the killed rank within the communicator's timeout, destroy its communicator and exit
+ * the killed rank within the communicator's timeout, shrink to the survivors and finish one
+ * exact allreduce there (ul_comm_shrink), destroy its communicators and exit
  * (mpirun must end), no process of the trial may be left, and no /dev/shm entry made by
  * the trial may remain (unilink's segments and the MPI's own shared-memory files).
  *
@@ -113,11 +114,36 @@ static int rank_main(int argc, char **argv) {
   char name[32];
   snprintf(name, sizeof name, "r%d", rank);
   write_file(name, line);
+  /* The survivors finish the job on a shrunk communicator: exactly the other ranks,
+   * old-rank order kept, an exact integer sum of who took part. */
+  char shrunk[256] = "shrink not tried";
+  if (rc == UL_ERR_PEER_LOST) {
+    ul_comm_t sc = NULL;
+    ul_result_t src = ul_comm_shrink(c, &sc, NULL);
+    int nr = -1, nn = 0;
+    int32_t bit = 1 << rank, sum = 0, want = 0;
+    for (int q = 0; q < n; q++)
+      if (q != victim) want += 1 << q;
+    if (src == UL_OK) {
+      ul_comm_rank(sc, &nr);
+      ul_comm_size(sc, &nn);
+      src = ul_allreduce(&bit, &sum, 1, UL_INT32, UL_SUM, sc, NULL);
+    }
+    int want_rank = rank < victim ? rank : rank - 1;
+    snprintf(shrunk, sizeof shrunk, "shrink=%s rank=%d/%d sum=%d want=%d/%d/%d %.120s",
+             src == UL_OK && nn == n - 1 && nr == want_rank && sum == want ? "ok" : "bad", nr, nn,
+             (int)sum, want_rank, n - 1, (int)want,
+             src == UL_OK ? "" : (sc ? ul_comm_last_error(sc) : ul_comm_last_error(c)));
+    if (sc) ul_comm_destroy(sc);
+  }
   ul_result_t d = ul_comm_destroy(c);
   free(s);
   free(r);
   snprintf(name, sizeof name, "r%d.exit", rank);
-  write_file(name, d == UL_OK ? "destroyed\n" : "destroy failed\n");
+  char exitline[320];
+  snprintf(exitline, sizeof exitline, "%s %s\n", d == UL_OK ? "destroyed" : "destroy failed",
+           shrunk);
+  write_file(name, exitline);
   return rc == UL_ERR_PEER_LOST && names_rank(strchr(line, '\n') + 1, victim) ? 0 : 3;
 }
 
@@ -285,6 +311,8 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
     snprintf(name, sizeof name, "r%d.exit", i);
     if (read_text(dir, name, text, sizeof text) != 0 || strncmp(text, "destroyed", 9) != 0)
       WHY(" rank %d did not destroy its communicator;", i);
+    else if (!strstr(text, "shrink=ok"))
+      WHY(" rank %d did not finish on the shrunk communicator: %.200s;", i, text + 10);
   }
   if (killed > 0 && ended - killed > st->exit_max) st->exit_max = ended - killed;
   /* Nothing of the trial may run on: the launcher's group and every survivor are gone. */
@@ -347,13 +375,65 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
       fprintf(stderr, "  launcher output: %.1500s\n", text);
   } else {
     printf("trial %2d: np %d %-9s %7zu floats, rank %d killed at %2d ms: survivors "
-           "returned UL_ERR_PEER_LOST naming it after <= %.1f ms; mpirun ended %.0f ms after "
+           "returned UL_ERR_PEER_LOST naming it after <= %.1f ms and finished on the shrunk "
+           "communicator; mpirun ended %.0f ms after "
            "the kill\n",
            no, t->n, coll_name[t->kind], t->count, t->victim, t->delay_ms, worst,
            ended - killed);
   }
   rm_dir(dir);
   return failed;
+}
+
+/* Probe rank (no MPI): rank 1 dies by SIGKILL, rank 0 notes that it outlived it. */
+static int probe_main(int argc, char **argv) {
+  if (argc != 3) return 2;
+  const char *rv = getenv("OMPI_COMM_WORLD_RANK");
+  if (!rv) rv = getenv("PMI_RANK");
+  int rank = rv ? atoi(rv) : -1;
+  snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+  if (rank == 1) kill(getpid(), SIGKILL);
+  sleep_ms(1000);
+  return rank == 0 ? (write_file("alive", "1\n") == 0 ? 0 : 2) : 0;
+}
+
+/* Does this launcher keep the other ranks running when one is killed by a signal? Hydra
+ * in Debian's MPICH 4.0 does not, even with -disable-auto-cleanup (it does after a plain
+ * exit): there the campaign has nothing to test. */
+static int launcher_keeps_survivors(char **launcher, int nl, const char *self) {
+  char dir[] = "/tmp/ul-mpiprobe-XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char *argv[64];
+  int a = 0;
+  for (int i = 0; i < nl && a < 48; i++) argv[a++] = launcher[i];
+  char *tail[] = {"-np", "2", (char *)self, "probe", dir, NULL};
+  for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
+  argv[a] = NULL;
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  int status = 0;
+  double t0 = now_ms();
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (now_ms() - t0 > TRIAL_WALL_MS) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    sleep_ms(10);
+  }
+  char text[16];
+  int alive = read_text(dir, "alive", text, sizeof text) == 0;
+  rm_dir(dir);
+  return alive;
 }
 
 static int campaign_main(int argc, char **argv) {
@@ -380,6 +460,12 @@ static int campaign_main(int argc, char **argv) {
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   if (sl <= 0) return 2;
   self[sl] = 0;
+  if (!launcher_keeps_survivors(launcher, nl, self)) {
+    printf("SKIP: %s (%s) terminates every other rank when one is killed by a signal, even "
+           "with %s: no survivor to test (the openmpi campaign covers the backend)\n",
+           launcher[0], impl, launcher[nl - 1]);
+    return 77;
+  }
   const char *env = getenv("UNILINK_TEST_SEED");
   uint64_t seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
   const char *tn = getenv("UNILINK_TEST_TRIALS");
@@ -414,6 +500,7 @@ static int campaign_main(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "campaign")) return campaign_main(argc, argv);
+  if (argc >= 2 && !strcmp(argv[1], "probe")) return probe_main(argc, argv);
   fprintf(stderr, "usage: %s campaign openmpi|mpich LAUNCHER [FLAGS...]\n", argv[0]);
   return 2;
 }

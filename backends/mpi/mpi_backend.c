@@ -74,8 +74,6 @@ static uint64_t mpi_job_hash(void) {
 }
 
 /* --------------------------------------------------------------- errors */
-static void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len);
-
 ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
   char text[MPI_MAX_ERROR_STRING] = "";
   int len = 0, cls = mpirc;
@@ -130,37 +128,6 @@ double mpi_now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-int mpi_find_lost_peer(ul_backend_comm_t *c) {
-  if (!c || !c->pid_of) return -1;
-  int first = -1;
-  for (int r = 0; r < c->nranks; r++) {
-    if (r == c->rank || c->pidfd_of[r] == -2) continue;
-    if (!ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r])) {
-      if (first < 0) first = r;
-    }
-  }
-  if (first >= 0) {
-    c->lost_rank = first;
-    mpi_g.trouble = 1;
-  }
-  return first;
-}
-
-/* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. More than one
- * may be gone by the time we look (survivors that saw the loss first leave too), so all
- * are named rather than guessing which died first. */
-static void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < c->nranks && n < len; r++) {
-    if (r == c->rank || c->pidfd_of[r] == -2 || ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r]))
-      continue;
-    int w = snprintf(buf + n, len - n, "%srank %d (pid %d)", n ? ", " : "", r, (int)c->pid_of[r]);
-    if (w < 0) break;
-    n += (size_t)w;
-  }
-}
-
 /* Peers' liveness costs one poll per peer: every 5 ms of a wait is plenty next to the
  * timeout and invisible next to the wait itself. */
 #define MPI_LIVENESS_PERIOD_MS 5.0
@@ -181,6 +148,11 @@ ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms
     double now = mpi_now_ms(), el = now - t0;
     if (c && el >= MPI_LIVENESS_PERIOD_MS && now >= mpi_next_liveness_ms) {
       mpi_next_liveness_ms = now + MPI_LIVENESS_PERIOD_MS;
+      if (mpi_revoke_seen(c))
+        return ul_backend_set_error(c->ucomm, UL_ERR_REVOKED,
+                                    "rank %d of %d: %s abandoned: the communicator was revoked "
+                                    "(ul_comm_revoke on some rank); shrink or destroy it",
+                                    c->rank, c->nranks, call);
       if (mpi_find_lost_peer(c) >= 0) {
         char who[256];
         mpi_lost_peers_text(c, who, sizeof who);
@@ -499,6 +471,7 @@ static void mpi_comm_free_struct(ul_backend_comm_t *c) {
       if (c->pidfd_of[r] >= 0) close(c->pidfd_of[r]);
   free(c->pidfd_of);
   free(c->pid_of);
+  free(c->ctl_buf);
   free(c->reqs);
   free(c->req_count);
   free(c->req_dt);
@@ -507,44 +480,17 @@ static void mpi_comm_free_struct(ul_backend_comm_t *c) {
   free(c);
 }
 
-static ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args) {
+ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args) {
   ul_backend_comm_t *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->ucomm = args->comm;
   c->timeout_ms = args->timeout_ms;
   c->abort_flag = args->abort_flag;
   c->comm = MPI_COMM_NULL;
+  c->ctl = MPI_COMM_NULL;
   c->lost_rank = -1;
   pthread_mutex_init(&c->lock, NULL);
   return c;
-}
-
-/* Watch the peers that run beside us (same host name and pid namespace): a rank that
- * dies inside a shared-memory transfer leaves MPI waiting forever, but its exit is
- * visible here (issue 16: name the lost rank, well before the timeout). */
-static ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c) {
-  int n = c->nranks;
-  uint64_t mine[2] = {(uint64_t)getpid(), ulbu_pid_namespace()}, *all = calloc((size_t)n * 2, 8);
-  c->pid_of = calloc((size_t)n, sizeof *c->pid_of);
-  c->pidfd_of = malloc((size_t)n * sizeof *c->pidfd_of);
-  if (!all || !c->pid_of || !c->pidfd_of) {
-    free(all);
-    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
-  }
-  for (int r = 0; r < n; r++) c->pidfd_of[r] = -2;
-  MPI_Request req;
-  int rc = MPI_Iallgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, c->comm, &req);
-  ul_result_t res = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Iallgather", c->timeout_ms)
-                                      : mpi_error_set(c, rc, "MPI_Iallgather");
-  if (res == UL_OK)
-    for (int r = 0; r < n; r++) {
-      c->pid_of[r] = (pid_t)all[2 * r];
-      if (r != c->rank && all[2 * r + 1] == mine[1] && mine[1] != 0 &&
-          strcmp(c->host_of[r], c->host_of[c->rank]) == 0)
-        c->pidfd_of[r] = ulbu_pid_open(c->pid_of[r]);
-    }
-  free(all);
-  return res;
 }
 
 /* Node map: ranks that share memory (MPI_COMM_TYPE_SHARED) get the same node id, the
@@ -583,7 +529,7 @@ static ul_result_t mpi_comm_topology_setup(ul_backend_comm_t *c) {
 }
 
 /* Common tail of comm_init and comm_split: c->comm is ours. */
-static ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t *props) {
+ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t *props) {
   int rc = MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c->comm, &c->rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c->comm, &c->nranks);
@@ -598,6 +544,7 @@ static ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t 
       "send/recv and put/get are split (MPI counts are int)");
   if (mpi_g.chunk < 1 || mpi_g.chunk > INT_MAX) mpi_g.chunk = INT_MAX;
   ul_result_t r = mpi_comm_topology_setup(c);
+  if (r == UL_OK) r = mpi_comm_ctl_setup(c);
   if (r != UL_OK) return r;
   if (props) {
     props->load_store_peers = 0;
@@ -731,7 +678,7 @@ static ul_result_t mpi_backend_comm_finalize(ul_backend_comm_t *c) {
   return mpi_waitall(c, 1, &req, "MPI_Ibarrier (comm_finalize)", c->timeout_ms);
 }
 
-static ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c) {
+ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c) {
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) {
@@ -742,6 +689,7 @@ static ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c) {
     for (int i = 0; i < c->nreqs; i++)
       if (c->reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&c->reqs[i]);
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+    if (c->ctl != MPI_COMM_NULL) MPI_Comm_free(&c->ctl);
   }
   mpi_comm_free_struct(c);
   return UL_OK;
@@ -789,6 +737,9 @@ static const ul_backend_ops_t mpi_backend_ops = {
     .comm_finalize = mpi_backend_comm_finalize,
     .comm_destroy = mpi_backend_comm_destroy,
     .comm_abort = mpi_backend_comm_abort,
+    .comm_revoke = mpi_comm_revoke,
+    .comm_shrink = mpi_comm_shrink,
+    .comm_failed_ranks = mpi_comm_failed_ranks,
     .comm_topology = mpi_backend_comm_topology,
     .mem_alloc = mpi_mem_alloc,
     .mem_free = mpi_mem_free,

@@ -35,6 +35,10 @@ struct ul_backend_comm {
                                      another node or pid namespace (liveness unknown), -1 when
                                      beside us without a pidfd */
   volatile int lost_rank;         /* first rank seen dead, -1 none */
+  MPI_Comm ctl;                   /* duplicate for revoke notices and the shrink agreement */
+  unsigned char *ctl_buf;         /* shrink messages: nranks * (nranks + 2) bytes */
+  volatile int revoked;           /* ul_comm_revoke here or a peer's notice seen */
+  uint32_t shrinks;               /* ul_comm_shrink calls so far */
   pthread_mutex_t lock;           /* guards the group request list and allocations */
   int group_depth;
   MPI_Request *reqs;
@@ -83,6 +87,26 @@ int mpi_find_lost_peer(ul_backend_comm_t *c);
 MPI_Datatype mpi_dtype_of(ul_dtype_t d);
 double mpi_now_ms(void); /* CLOCK_MONOTONIC */
 MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
+
+/* mpi_backend.c, for mpi_recover.c: the steps of comm_init/comm_split */
+ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args);
+ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t *props);
+ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c);
+
+/* mpi_recover.c */
+/* After the node map: the peers' pids, a pidfd for those that run beside us. */
+ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c);
+/* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. */
+void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len);
+/* The control duplicate (revoke, shrink). */
+ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c);
+/* 1 once this rank revoked c or a peer's revoke notice arrived (polls the notice). */
+int mpi_revoke_seen(ul_backend_comm_t *c);
+ul_result_t mpi_comm_revoke(ul_backend_comm_t *c);
+ul_result_t mpi_comm_failed_ranks(ul_backend_comm_t *c, int *ranks, int max, int *count);
+ul_result_t mpi_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *args,
+                            ul_backend_comm_t **out, ul_backend_comm_props_t *props,
+                            int *new_rank, int *new_nranks);
 
 /* mpi_coll.c */
 extern const ul_backend_coll_ops_t mpi_coll_ops;

@@ -1,0 +1,317 @@
+/* The mpi backend after a lost rank: watching the peers on this node, revoke, the ranks
+ * known lost, and shrink (issue 16).
+ *
+ * Without ULFM (Debian's Open MPI 4.1 and MPICH 4.0 have none), MPI itself cannot say
+ * that a peer died. A rank that shares our host name and pid namespace can be watched by
+ * pidfd; ranks on other nodes are only a timeout. Revoke notices and the shrink
+ * agreement travel on a duplicate of the communicator (c->ctl), so they never match
+ * user traffic. Shrink: every survivor sends its view of the lost ranks to the lowest
+ * rank it believes alive (the coordinator), which merges them and answers with the
+ * members; a coordinator that dies meanwhile is replaced by the next. The members then
+ * build the new communicator with MPI_Comm_create_group, which is collective over the
+ * members only, so the dead ranks are not needed. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mpi_internal.h"
+#include "proc_alive.h"
+
+#define MPI_TAG_REVOKE 0x7e51
+#define MPI_TAG_VIEW(k) (0x7e52 + 2 * (int)((k) & 0x3fff))
+#define MPI_TAG_DECIDE(k) (0x7e53 + 2 * (int)((k) & 0x3fff))
+
+/* ------------------------------------------------------------- liveness */
+int mpi_find_lost_peer(ul_backend_comm_t *c) {
+  if (!c || !c->pid_of) return -1;
+  int first = -1;
+  for (int r = 0; r < c->nranks; r++) {
+    if (r == c->rank || c->pidfd_of[r] == -2) continue;
+    if (!ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r])) {
+      if (first < 0) first = r;
+    }
+  }
+  if (first >= 0) {
+    c->lost_rank = first;
+    mpi_g.trouble = 1;
+  }
+  return first;
+}
+
+/* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. More than one
+ * may be gone by the time we look (survivors that saw the loss first leave too), so all
+ * are named rather than guessing which died first. */
+void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < c->nranks && n < len; r++) {
+    if (r == c->rank || c->pidfd_of[r] == -2 || ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r]))
+      continue;
+    int w = snprintf(buf + n, len - n, "%srank %d (pid %d)", n ? ", " : "", r, (int)c->pid_of[r]);
+    if (w < 0) break;
+    n += (size_t)w;
+  }
+}
+
+
+/* Watch the peers that run beside us (same host name and pid namespace): a rank that
+ * dies inside a shared-memory transfer leaves MPI waiting forever, but its exit is
+ * visible here (issue 16: name the lost rank, well before the timeout). */
+ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c) {
+  int n = c->nranks;
+  uint64_t mine[2] = {(uint64_t)getpid(), ulbu_pid_namespace()}, *all = calloc((size_t)n * 2, 8);
+  c->pid_of = calloc((size_t)n, sizeof *c->pid_of);
+  c->pidfd_of = malloc((size_t)n * sizeof *c->pidfd_of);
+  if (!all || !c->pid_of || !c->pidfd_of) {
+    free(all);
+    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  }
+  for (int r = 0; r < n; r++) c->pidfd_of[r] = -2;
+  MPI_Request req;
+  int rc = MPI_Iallgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, c->comm, &req);
+  ul_result_t res = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Iallgather", c->timeout_ms)
+                                      : mpi_error_set(c, rc, "MPI_Iallgather");
+  if (res == UL_OK)
+    for (int r = 0; r < n; r++) {
+      c->pid_of[r] = (pid_t)all[2 * r];
+      if (r != c->rank && all[2 * r + 1] == mine[1] && mine[1] != 0 &&
+          strcmp(c->host_of[r], c->host_of[c->rank]) == 0)
+        c->pidfd_of[r] = ulbu_pid_open(c->pid_of[r]);
+    }
+  free(all);
+  return res;
+}
+
+
+/* ---------------------------------------------------------------- revoke */
+ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c) {
+  MPI_Request req;
+  int rc = MPI_Comm_idup(c->comm, &c->ctl, &req);
+  ul_result_t r = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Comm_idup (control)", c->timeout_ms)
+                                    : mpi_error_set(c, rc, "MPI_Comm_idup (control)");
+  if (r == UL_OK) MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
+  c->ctl_buf = calloc((size_t)c->nranks * (size_t)(c->nranks + 2), 1);
+  if (r == UL_OK && !c->ctl_buf)
+    r = ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  return r;
+}
+
+int mpi_revoke_seen(ul_backend_comm_t *c) {
+  if (c->revoked) return 1;
+  if (c->ctl == MPI_COMM_NULL) return 0;
+  int flag = 0;
+  MPI_Status st;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_REVOKE, c->ctl, &flag, &st) == MPI_SUCCESS && flag) {
+    int v = 0;
+    MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, MPI_TAG_REVOKE, c->ctl, MPI_STATUS_IGNORE);
+    c->revoked = 1;
+  }
+  return c->revoked;
+}
+
+/* A send we never wait for: to a rank that may be dead. The buffer must outlive it, so
+ * it is a static constant. */
+static void mpi_send_and_forget(const void *buf, int n, int peer, int tag, MPI_Comm comm) {
+  MPI_Request r;
+  if (MPI_Isend(buf, n, MPI_BYTE, peer, tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+}
+
+ul_result_t mpi_comm_revoke(ul_backend_comm_t *c) {
+  static const int one = 1;
+  if (c->revoked) return UL_OK;
+  c->revoked = 1;
+  mpi_g.trouble = 1;
+  for (int p = 0; p < c->nranks; p++)
+    if (p != c->rank) mpi_send_and_forget(&one, (int)sizeof one, p, MPI_TAG_REVOKE, c->ctl);
+  return UL_OK;
+}
+
+ul_result_t mpi_comm_failed_ranks(ul_backend_comm_t *c, int *ranks, int max, int *count) {
+  int n = 0;
+  for (int p = 0; p < c->nranks; p++) {
+    if (p == c->rank || c->pidfd_of[p] == -2 || ulbu_pid_alive(c->pid_of[p], c->pidfd_of[p]))
+      continue;
+    if (n < max) ranks[n] = p;
+    n++;
+  }
+  *count = n;
+  return UL_OK;
+}
+
+/* ---------------------------------------------------------------- shrink */
+/* Mark in lost[] every watched peer that has exited. */
+static void shrink_local_view(ul_backend_comm_t *c, unsigned char *lost) {
+  for (int p = 0; p < c->nranks; p++)
+    if (p != c->rank && c->pidfd_of[p] != -2 && !ulbu_pid_alive(c->pid_of[p], c->pidfd_of[p]))
+      lost[p] = 1;
+}
+
+static int shrink_lowest_alive(const ul_backend_comm_t *c, const unsigned char *lost) {
+  for (int p = 0; p < c->nranks; p++)
+    if (!lost[p]) return p;
+  return c->rank;
+}
+
+static void shrink_cancel(MPI_Request *r) {
+  if (*r == MPI_REQUEST_NULL) return;
+  MPI_Cancel(r);
+  MPI_Request_free(r);
+}
+
+/* The coordinator: a view from every rank it believes alive (or that rank's death),
+ * merged into lost[], then the decision to every member. */
+static ul_result_t shrink_coordinate(ul_backend_comm_t *c, uint32_t k, unsigned char *lost,
+                                     double t0, int timeout_ms) {
+  int n = c->nranks;
+  unsigned char *views = c->ctl_buf + 2 * (size_t)n;
+  MPI_Request *rq = malloc((size_t)n * sizeof *rq);
+  if (!rq) return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
+  for (int p = 0; p < n; p++) {
+    rq[p] = MPI_REQUEST_NULL;
+    if (p != c->rank && !lost[p])
+      MPI_Irecv(views + (size_t)p * (size_t)n, n, MPI_BYTE, p, MPI_TAG_VIEW(k), c->ctl, &rq[p]);
+  }
+  ul_result_t r = UL_OK;
+  unsigned spins = 0;
+  for (;;) {
+    int pending = 0;
+    for (int p = 0; p < n; p++) {
+      if (rq[p] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE);
+      if (done) {
+        for (int q = 0; q < n; q++) lost[q] |= views[(size_t)p * (size_t)n + q];
+        continue;
+      }
+      shrink_local_view(c, lost);
+      if (lost[p]) {
+        shrink_cancel(&rq[p]);
+        continue;
+      }
+      pending++;
+    }
+    if (!pending) break;
+    if (timeout_ms > 0 && mpi_now_ms() - t0 >= timeout_ms) {
+      char who[256] = "";
+      size_t w = 0;
+      for (int p = 0; p < n && w + 16 < sizeof who; p++)
+        if (rq[p] != MPI_REQUEST_NULL) w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", p);
+      r = ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
+                               "rank %d: shrink timed out after %d ms: rank(s) %s neither called "
+                               "ul_comm_shrink nor were seen to exit (ranks on other nodes can "
+                               "only be waited for)",
+                               c->rank, timeout_ms, who);
+      break;
+    }
+    if (++spins > 64) {
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  for (int p = 0; p < n; p++) shrink_cancel(&rq[p]);
+  free(rq);
+  if (r != UL_OK) return r;
+  /* The decision goes out in a buffer that stays valid: ctl_buf[n..2n). */
+  unsigned char *decision = c->ctl_buf + n;
+  memcpy(decision, lost, (size_t)n);
+  for (int p = 0; p < n; p++)
+    if (p != c->rank && !lost[p]) mpi_send_and_forget(decision, n, p, MPI_TAG_DECIDE(k), c->ctl);
+  return UL_OK;
+}
+
+/* A member: its view to the coordinator, the decision back; a coordinator that dies is
+ * replaced by the next alive rank. */
+static ul_result_t shrink_follow(ul_backend_comm_t *c, uint32_t k, unsigned char *lost,
+                                 double t0, int timeout_ms) {
+  int n = c->nranks;
+  unsigned char *view = c->ctl_buf, *decision = c->ctl_buf + n;
+  for (;;) {
+    int coord = shrink_lowest_alive(c, lost);
+    if (coord == c->rank) return shrink_coordinate(c, k, lost, t0, timeout_ms);
+    memcpy(view, lost, (size_t)n);
+    mpi_send_and_forget(view, n, coord, MPI_TAG_VIEW(k), c->ctl);
+    MPI_Request rq;
+    MPI_Irecv(decision, n, MPI_BYTE, coord, MPI_TAG_DECIDE(k), c->ctl, &rq);
+    unsigned spins = 0;
+    for (;;) {
+      int done = 0;
+      MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+      if (done) {
+        memcpy(lost, decision, (size_t)n);
+        return UL_OK;
+      }
+      shrink_local_view(c, lost);
+      if (lost[coord]) { /* the coordinator died: ask the next one */
+        shrink_cancel(&rq);
+        break;
+      }
+      if (timeout_ms > 0 && mpi_now_ms() - t0 >= timeout_ms) {
+        shrink_cancel(&rq);
+        return ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
+                                    "rank %d: shrink timed out after %d ms waiting for the "
+                                    "decision of rank %d",
+                                    c->rank, timeout_ms, coord);
+      }
+      if (++spins > 64) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+      }
+    }
+  }
+}
+
+ul_result_t mpi_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *args,
+                            ul_backend_comm_t **out, ul_backend_comm_props_t *props,
+                            int *new_rank, int *new_nranks) {
+  *out = NULL;
+  int n = c->nranks;
+  uint32_t k = ++c->shrinks;
+  double t0 = mpi_now_ms();
+  unsigned char *lost = calloc((size_t)n, 1);
+  int *members = malloc((size_t)n * sizeof *members);
+  if (!lost || !members) {
+    free(lost);
+    free(members);
+    return ul_backend_set_error(args->comm, UL_ERR_NO_MEMORY, "mpi: out of memory");
+  }
+  shrink_local_view(c, lost);
+  ul_result_t r = shrink_follow(c, k, lost, t0, args->timeout_ms);
+  int nm = 0;
+  for (int p = 0; p < n; p++)
+    if (!lost[p]) members[nm++] = p;
+  if (r == UL_OK && lost[c->rank])
+    r = ul_backend_set_error(args->comm, UL_ERR_TIMEOUT,
+                             "rank %d: the survivors' shrink %u left this rank out", c->rank,
+                             (unsigned)k);
+  MPI_Comm nc = MPI_COMM_NULL;
+  if (r == UL_OK) {
+    MPI_Group all = MPI_GROUP_NULL, keep = MPI_GROUP_NULL;
+    int rc = MPI_Comm_group(c->comm, &all);
+    if (rc == MPI_SUCCESS) rc = MPI_Group_incl(all, nm, members, &keep);
+    /* Collective over the members only: the lost ranks are not needed. */
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(c->comm, keep, (int)(k & 0x7fff), &nc);
+    if (keep != MPI_GROUP_NULL) MPI_Group_free(&keep);
+    if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+    if (rc != MPI_SUCCESS) r = mpi_error_set(c, rc, "MPI_Comm_create_group (shrink)");
+  }
+  free(lost);
+  free(members);
+  if (r != UL_OK) return r;
+  ul_backend_comm_t *s = mpi_comm_new(args);
+  if (!s) {
+    MPI_Comm_free(&nc);
+    return ul_backend_set_error(args->comm, UL_ERR_NO_MEMORY, "mpi: out of memory");
+  }
+  s->comm = nc;
+  r = mpi_comm_setup(s, props);
+  if (r != UL_OK) {
+    mpi_backend_comm_destroy(s);
+    return r;
+  }
+  *new_rank = s->rank;
+  *new_nranks = s->nranks;
+  *out = s;
+  return UL_OK;
+}
