@@ -344,6 +344,18 @@ static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_in
 /* End of an operation's turn: record what ran (the backend may amend it), or make a
  * fatal error sticky. */
 static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info) {
+  ul__flight_end(c, rc, info);
+  if (rc == UL_ERR_TIMEOUT) {
+    /* Say what this rank did last: a peer's file or sentence shows where it stopped. */
+    char recent[256], why[sizeof c->last_error];
+    ul__flight_summary(c, 3, recent, sizeof recent);
+    snprintf(why, sizeof why, "%s", c->last_error);
+    char *tail = strstr(why, " [UL_ERR_TIMEOUT]");
+    if (tail) *tail = '\0';
+    char *head = strstr(why, "): "); /* drop the "rank r/n (backend): " prefix set again */
+    ul__comm_set_error(c, rc, "%s; recent here: %s", head ? head + 3 : why, recent);
+    ul__flight_dump(c);
+  }
   if (rc == UL_OK) {
     c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
     ul__comm_record_call(c, info);
@@ -379,6 +391,7 @@ static ul_result_t execute_coll(coll_task_t *t) {
     end_turn(c);
     return rc;
   }
+  ul__flight_begin(c, seq, t->args.coll, info.bytes);
   if (c->config.check) rc = check_args(c, &t->args, t->bs);
   if (rc == UL_OK) rc = run_coll_now(c, &t->args, t->bs, &info);
   if (rc == UL_OK) ul__fault_after_coll(c, &t->args); /* no-op outside test builds */
@@ -473,6 +486,7 @@ static ul_result_t execute_batch(batch_task_t *t) {
     end_turn(c);
     return rc;
   }
+  ul__flight_begin(c, seq, UL_COLL_SENDRECV, 0);
   int native_p2p = !ul__op_is_stub((const void *)c->backend->ops.send);
   for (int i = 0; i < t->n && rc == UL_OK;) {
     if (t->items[i].is_coll) {

@@ -23,6 +23,9 @@
     "BOOTSTRAP, ALL or a backend name; a leading ^ excludes the list")                         \
   X(DEBUG_FILE, STR, "", "core",                                                               \
     "log to this file instead of stderr (%h = host name, %p = process id)")                    \
+  X(DUMP_ON_TIMEOUT, STR, "", "core",                                                          \
+    "on a timeout, write this rank's recent operations and the error as JSON to <value><rank> " \
+    "(e.g. /tmp/ul-trace-)")                                                                   \
   X(PLUGIN_PATH, STR, "", "core",                                                              \
     "colon separated folders searched for libunilink-<name>.so backend plugins before the "    \
     "folder of libunilink and the install folder")                                             \

@@ -152,6 +152,23 @@ UL__HIDDEN bool ul__op_valid(ul_op_t op);
 
 typedef struct ul__host_stream ul__host_stream_t; /* stream.c */
 
+/* Flight recorder (flight.c): the last operations this rank ran on a communicator, as
+ * PyTorch's NCCL flight recorder, so that a timeout says what each rank was doing.
+ * Written by the rank's turn holder only (operations run one at a time per rank). */
+#define UL__FLIGHT_LEN 32
+typedef struct ul__flight_entry {
+  uint64_t seq;
+  ul_coll_t coll;
+  size_t bytes;
+  int64_t start_ms, end_ms; /* CLOCK_MONOTONIC_COARSE: free next to an 8-byte call */
+  ul_result_t rc;           /* UL_IN_PROGRESS while it runs */
+  char algorithm[24];
+} ul__flight_entry_t;
+typedef struct ul__flight {
+  ul__flight_entry_t e[UL__FLIGHT_LEN];
+  uint64_t n; /* entries ever begun; e[(n - 1) % LEN] is the latest */
+} ul__flight_t;
+
 struct ul_comm {
   uint32_t magic; /* UL__COMM_MAGIC while alive */
   ul__backend_t *backend;
@@ -179,6 +196,7 @@ struct ul_comm {
   void *xchg_buf;            /* device scratch of ul__exchange on device backends */
   struct ul_stream *streams; /* live streams, released with the communicator */
   size_t xchg_cap;
+  ul__flight_t flight;
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 
@@ -219,6 +237,13 @@ UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const 
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
 /* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
 UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
+/* flight.c */
+UL__HIDDEN void ul__flight_begin(ul_comm_t c, uint64_t seq, ul_coll_t coll, size_t bytes);
+UL__HIDDEN void ul__flight_end(ul_comm_t c, ul_result_t rc, const ul_call_info_t *info);
+/* "allreduce #3 8 B ok 0 ms, allreduce #4 8 B UL_ERR_TIMEOUT 800 ms": the last n entries. */
+UL__HIDDEN void ul__flight_summary(const ul_comm_t c, int n, char *buf, size_t len);
+/* UNILINK_DUMP_ON_TIMEOUT=<prefix>: every entry and the error, as JSON, to <prefix><rank>. */
+UL__HIDDEN void ul__flight_dump(ul_comm_t c);
 /* comm.c, for comm_recover.c: the steps of ul_comm_init_rank (alloc registers the handle
  * as live; fill_args: no id payload; finish_setup: the generic layer, collective). */
 UL__HIDDEN ul_comm_t ul__comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank,
