@@ -180,6 +180,7 @@ static void sim_cost_add(sim_cost_ctx_t *x, const char *algo, ulsim_proto_t prot
   snprintf(c->algorithm, sizeof c->algorithm, "%s", algo);
   c->proto = proto;
   c->time_us = us;
+  c->select_us = us;
 }
 
 /* Algorithms no library runs on that system by itself (direct/two-shot LL on NVSwitch,
@@ -189,19 +190,25 @@ static void sim_cost_add_diag(sim_cost_ctx_t *x, const char *algo, ulsim_proto_t
   if (x->force && *x->force) sim_cost_add(x, algo, proto, us);
 }
 
-/* A tuner candidate: latency + launch, bytes over the algorithm bandwidth. */
-static void sim_cost_add_tuned(void *ctx, const char *algo, int proto, double lat_us,
-                               double algbw, const char *formula) {
+/* A tuner candidate: ranked on the library's own estimate (launch + latency + S over
+ * the all-channel bandwidth), timed as the run it launches (launch + latency + fill + S
+ * over the bandwidth of the channels it uses at S). */
+static void sim_cost_add_tuned(void *ctx, const ulsim_tuner_cand_t *t) {
   sim_cost_ctx_t *x = ctx;
-  if (!(algbw > 0)) return;
-  double lat = x->t->launch_us + lat_us;
+  if (!(t->algbw > 0) || !(t->run_algbw > 0)) return;
+  double lat = x->t->launch_us + t->lat_us + t->run_extra_us;
   int before = x->out->ncand;
-  sim_cost_add(x, algo, (ulsim_proto_t)proto, lat + x->S / sim_cost_bpus(algbw));
+  sim_cost_add(x, t->algo, (ulsim_proto_t)t->proto, lat + x->S / sim_cost_bpus(t->run_algbw));
   if (x->out->ncand > before) {
     ulsim_candidate_t *c = &x->out->cand[before];
     c->lat_us = lat;
-    c->algbw_gbps = algbw;
-    c->formula = formula;
+    c->algbw_gbps = t->run_algbw;
+    c->select_us = x->t->launch_us + t->lat_us + x->S / sim_cost_bpus(t->algbw);
+    c->select_algbw_gbps = t->algbw;
+    c->nchannels = t->nchannels;
+    c->nthreads = t->nthreads;
+    c->chunk_bytes = t->chunk_bytes;
+    c->formula = t->formula;
   }
 }
 
@@ -531,9 +538,11 @@ ul_result_t ulsim_cost(const ulsim_topology_t *t, ul_coll_t coll, double size_by
                         "model: no candidate algorithm%s%s for %s on %d ranks of \"%s\"",
                         force_algo ? " among " : "", force_algo ? force_algo : "",
                         ul_coll_name(coll) ? ul_coll_name(coll) : "?", nranks, t->name);
+  /* the library's choice: the lowest of its own estimates (select_us), which for the
+   * tuners' candidates is not the modeled run time */
   int best = 0;
   for (int i = 1; i < out->ncand; i++)
-    if (out->cand[i].time_us < out->cand[best].time_us) best = i;
+    if (out->cand[i].select_us < out->cand[best].select_us) best = i;
   out->time_us = out->cand[best].time_us;
   snprintf(out->algorithm, sizeof out->algorithm, "%s", out->cand[best].algorithm);
   out->proto = out->cand[best].proto;

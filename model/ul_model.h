@@ -118,13 +118,20 @@ typedef struct ulsim_candidate {
   char algorithm[24];
   ulsim_proto_t proto;
   double time_us;
-  double lat_us;        /* latency term (launch included), when the tuner gives one */
-  double algbw_gbps;    /* bandwidth term, 0 when not split */
+  double lat_us;        /* latency term (launch and fill included), when the tuner gives one */
+  double algbw_gbps;    /* bandwidth term, 0 when not split: time = lat + S / algbw */
+  double select_us;     /* the library's own estimate it chooses on (= time_us when the
+                         * candidate has no tuner) */
+  double select_algbw_gbps; /* bandwidth of that estimate (all channels), 0 when none */
+  int nchannels;        /* channels the library launches at this size (0: not modeled) */
+  int nthreads;         /* threads per channel it launches (0: not modeled) */
+  double chunk_bytes;   /* NVLS chunk at this size (0: not NVLS) */
   const char *formula;  /* static text: the cost formula, or NULL */
 } ulsim_candidate_t;
 
 typedef struct ulsim_cost {
-  double time_us;        /* modeled duration of the chosen algorithm */
+  double time_us;        /* modeled duration of the chosen algorithm (the library's
+                          * choice: lowest select_us) */
   char algorithm[24];    /* "ring", "tree", "direct", "two_shot", "nvls", "hier", ... */
   ulsim_proto_t proto;
   double size_bytes;     /* nccl-tests size S (total for allgather/RS/alltoall/gather) */

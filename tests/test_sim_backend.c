@@ -59,10 +59,12 @@ Test(sim_backend, allreduce_is_real_and_time_is_modeled, .timeout = 60) {
       cr_assert(strstr(r[i].info.reason, "modeled on dgx-h100"), "%s", r[i].info.reason);
     }
     /* one float on 4 NVSwitch GPUs: NCCL's tuner picks ring/LL (launch 5 + LL base 6.6 +
-     * 6 hops of 0.6 us; algbw = min(llMaxBw 141, 369/2) x 4/6 GB/s) */
+     * 6 hops of 0.6 us); 4 bytes launch 1 of 24 channels and 96 of 512 threads
+     * (enqueue.cc: 8 B per thread x nranks), so busbw = 369/2 x (1/24 x 96/512) and
+     * algbw = busbw x 4/6 GB/s */
     if (count == 1) {
       cr_assert_str_eq(r[0].info.algorithm, "ring");
-      cr_assert_float_eq(r[0].info.modeled_us, 15.2 + 4.0 / (141.0 * 4 / 6 * 1e3), 1e-9);
+      cr_assert_float_eq(r[0].info.modeled_us, 15.2 + 4.0 / (369.0 / 2 * (1.0 / 24 * 96 / 512) * 4 / 6 * 1e3), 1e-9);
     }
   }
   for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);

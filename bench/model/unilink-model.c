@@ -158,6 +158,9 @@ static void model_json_cost(const ulsim_cost_t *c, ul_coll_t coll, int ranks, co
     cJSON_AddStringToObject(x, "algorithm", c->cand[i].algorithm);
     cJSON_AddStringToObject(x, "protocol", ulsim_proto_name(c->cand[i].proto));
     cJSON_AddNumberToObject(x, "time_us", c->cand[i].time_us);
+    cJSON_AddNumberToObject(x, "estimate_us", c->cand[i].select_us);
+    cJSON_AddNumberToObject(x, "channels", c->cand[i].nchannels);
+    cJSON_AddNumberToObject(x, "threads", c->cand[i].nthreads);
     cJSON_AddNumberToObject(x, "latency_us", c->cand[i].lat_us);
     cJSON_AddNumberToObject(x, "algbw_gbps", c->cand[i].algbw_gbps);
     cJSON_AddStringToObject(x, "formula", c->cand[i].formula ? c->cand[i].formula : "");
@@ -287,11 +290,12 @@ static int model_cmd_collective(int argc, char **argv) {
     printf("size %s: %s/%s %.2f us, algbw %.2f GB/s, busbw %.2f GB/s\n", sz, c.algorithm,
            ulsim_proto_name(c.proto), c.time_us, c.algbw_gbps, c.busbw_gbps);
     printf("# %s\n", ulsim_cost_provenance(&c, prov, sizeof prov));
-    printf("%-12s %-7s %12s %10s %10s\n", "algorithm", "proto", "time us", "lat us", "algbw");
+    printf("%-12s %-7s %12s %10s %10s %12s %4s %4s\n", "algorithm", "proto", "time us", "lat us",
+           "algbw", "estimate us", "ch", "thr");
     for (int i = 0; i < c.ncand; i++) {
-      printf("%-12s %-7s %12.2f %10.2f %10.2f%s\n", c.cand[i].algorithm,
+      printf("%-12s %-7s %12.2f %10.2f %10.2f %12.2f %4d %4d%s\n", c.cand[i].algorithm,
              ulsim_proto_name(c.cand[i].proto), c.cand[i].time_us, c.cand[i].lat_us,
-             c.cand[i].algbw_gbps,
+             c.cand[i].algbw_gbps, c.cand[i].select_us, c.cand[i].nchannels, c.cand[i].nthreads,
              !strcmp(c.cand[i].algorithm, c.algorithm) && c.cand[i].proto == c.proto ? "  <- chosen"
                                                                                      : "");
       if (explain && c.cand[i].formula) printf("    formula: %s\n", c.cand[i].formula);
@@ -307,10 +311,18 @@ static int model_cmd_collective(int argc, char **argv) {
                "bytes / (1000 algbw) (ncclTopoGetAlgoTime)\n",
                bw.ring, t.intra.name, t.links_per_gpu ? t.links_per_gpu : t.links_per_peer,
                t.intra.line_gbps, t.intra.efficiency, bw.nvls_alg, bw.inter, t.launch_us);
-      printf("# why: %s/%s has the lowest modeled time (%.2f us) among the %d candidates the "
-             "%s enables here; direct/two_shot LL and 3-phase hier are not candidates (no "
-             "library runs them on this system; --algo computes them as a diagnostic)\n",
-             c.algorithm, ulsim_proto_name(c.proto), c.time_us, c.ncand, c.tuner);
+      printf("# channels: time = run on the channels (ch) and threads (thr) NCCL launches at "
+             "this size (enqueue.cc topoGetAlgoInfo; channels from search.cc, connect.cc); "
+             "estimate = NCCL's own all-channel estimate it chooses on\n");
+      double est = 0;
+      for (int i = 0; i < c.ncand; i++)
+        if (!strcmp(c.cand[i].algorithm, c.algorithm) && c.cand[i].proto == c.proto)
+          est = c.cand[i].select_us;
+      printf("# why: %s/%s has the lowest estimate (%.2f us; modeled run %.2f us) among the %d "
+             "candidates the %s enables here; direct/two_shot LL and 3-phase hier are not "
+             "candidates (no library runs them on this system; --algo computes them as a "
+             "diagnostic)\n",
+             c.algorithm, ulsim_proto_name(c.proto), est, c.time_us, c.ncand, c.tuner);
     }
     return 0;
   }
