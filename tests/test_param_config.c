@@ -264,7 +264,7 @@ Test(param, get_rejects_bad_arguments, .timeout = 10) {
 }
 
 /* ------------------------------------------------------------------- config */
-static const ul__config_t sentinel = {"sentinel", 11, 1, 7, "sentinel-name"};
+static const ul__config_t sentinel = {"sentinel", 11, 1, 7, 1, "sentinel-name"};
 
 static void assert_untouched(const ul__config_t *c) {
   cr_assert_eq(memcmp(c, &sentinel, sizeof *c), 0, "output changed on error");

@@ -647,14 +647,40 @@ UL_API ul_result_t ul_group_end(void) {
       ul_result_t r = (ul_result_t)(intptr_t)ret;
       if (r != UL_OK && rc == UL_OK) rc = r;
     }
+  for (int k = 0; k < nb && rc == UL_OK; k++)
+    if (streams[k] && streams[k] == comms[k]->nb_stream) rc = UL_IN_PROGRESS; /* nonblocking */
   free(tasks), free(streams), free(th);
   return rc;
 }
 
 /* ----------------------------------------------------------- entry points */
 
+/* Nonblocking mode (config.blocking = 0): an operation without a stream goes on the
+ * communicator's own, created on first use, and the call says UL_IN_PROGRESS. */
+static pthread_mutex_t nb_stream_lock = PTHREAD_MUTEX_INITIALIZER;
+static ul_result_t nb_stream_of(ul_comm_t c, ul_stream_t *stream, int *queued) {
+  *queued = 0;
+  if (*stream || c->config.blocking) return UL_OK;
+  pthread_mutex_lock(&nb_stream_lock);
+  ul_result_t rc = c->nb_stream ? UL_OK : ul_stream_create(c, &c->nb_stream);
+  pthread_mutex_unlock(&nb_stream_lock);
+  UL_CHECK(rc);
+  *stream = c->nb_stream;
+  *queued = 1;
+  return UL_OK;
+}
+
+static ul_result_t submit_coll_on(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream);
+
 ul_result_t ul__submit_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
   UL_CHECK(ul__validate_coll(comm, a, stream));
+  int queued = 0;
+  UL_CHECK(nb_stream_of(comm, &stream, &queued));
+  ul_result_t rc = submit_coll_on(comm, a, stream);
+  return rc == UL_OK && queued && group_depth == 0 ? UL_IN_PROGRESS : rc;
+}
+
+static ul_result_t submit_coll_on(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
   ul__coll_args_t own = *a;
   if (ul__is_vcoll(a->coll)) UL_CHECK(ul__vcoll_own(comm, &own));
   if (group_depth > 0) {
@@ -742,6 +768,8 @@ static ul_result_t p2p_call(int is_send, void *buf, size_t count, ul_dtype_t dty
   ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_SENDRECV, buf, NULL, count, dtype, UL_SUM, 0, peer);
   ul_result_t rc = ul__validate_coll(comm, &a, stream);
   if (rc != UL_OK) return rc; /* an argument error fails this call only, not the group */
+  int queued = 0;
+  UL_CHECK(nb_stream_of(comm, &stream, &queued));
   group_item_t it;
   memset(&it, 0, sizeof it);
   it.comm = comm;

@@ -23,7 +23,29 @@ typedef struct ul__id_layout {
 } ul__id_layout_t;
 _Static_assert(sizeof(ul__id_layout_t) == UL_UNIQUE_ID_BYTES, "unique id layout");
 
-bool ul__comm_valid(ul_comm_t comm) { return comm != NULL && comm->magic == UL__COMM_MAGIC; }
+/* The handle is one of ours and not freed (it may still be initializing). */
+static bool comm_alive(ul_comm_t comm) { return comm != NULL && comm->magic == UL__COMM_MAGIC; }
+
+bool ul__comm_valid(ul_comm_t comm) {
+  return comm_alive(comm) && __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE) == UL_OK;
+}
+
+ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn) {
+  if (comm_alive(comm)) {
+    int st = __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
+    if (st == UL_IN_PROGRESS)
+      return ul__set_thread_error(UL_ERR_INVALID_USAGE,
+                                  "%s: the communicator is still being created (config.blocking "
+                                  "= 0): poll ul_comm_get_async_error until it returns UL_OK",
+                                  fn);
+    if (st != UL_OK)
+      return ul__set_thread_error((ul_result_t)st,
+                                  "%s: the communicator's nonblocking creation failed (%s); "
+                                  "destroy it",
+                                  fn, comm->last_error);
+  }
+  return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: comm is NULL or invalid", fn);
+}
 
 /* Live communicators and whether a teardown (abort/destroy) has claimed each: racing
  * ul_comm_abort calls (a watchdog and the main thread) must not both free the handle.
@@ -102,7 +124,7 @@ static void comm_unlock(ul_comm_t c) { pthread_mutex_unlock((pthread_mutex_t *)c
 static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *fmt, va_list ap) {
   char buf[512];
   ul__vformat_error(buf, sizeof buf, fmt, ap);
-  if (!ul__comm_valid(comm)) return ul__set_thread_error(rc, "%s", buf);
+  if (!comm_alive(comm)) return ul__set_thread_error(rc, "%s", buf);
   /* Format into a local copy: another thread (a stream task) may set the next error on
    * comm as soon as the lock is released. */
   char full[sizeof comm->last_error];
@@ -134,7 +156,7 @@ UL_API ul_result_t ul_backend_set_error(ul_comm_t comm, ul_result_t result, cons
 
 UL_API const char *ul_comm_last_error(ul_comm_t comm) {
   if (comm == NULL) return ul_last_error();
-  if (!ul__comm_valid(comm)) return "invalid communicator handle";
+  if (!comm_alive(comm)) return "invalid communicator handle";
   return comm->last_error;
 }
 
@@ -255,6 +277,9 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
 static void comm_free(ul_comm_t c) {
   if (!c) return;
   live_remove(c);
+  free(c->init_thread);
+  /* the core's own stream of nonblocking mode: released with the others, freed here */
+  if (c->nb_stream) ul_stream_destroy(c->nb_stream);
   ul__windows_free_all(c);
   c->magic = 0;
   pthread_mutex_destroy((pthread_mutex_t *)c->lock);
@@ -286,6 +311,100 @@ static ul_result_t comm_finish_setup(ul_comm_t c) {
   if (c->props.device != UL_CONFIG_UNDEF) c->device = c->props.device;
   if (c->props.path[0] == '\0') snprintf(c->props.path, sizeof c->props.path, "%s", "default");
   return ul__generic_init(c);
+}
+
+/* The collective part of creating rank c: the backend's communicator, then the generic
+ * layer. On failure c->last_error says why and c holds no backend communicator. */
+static ul_result_t comm_init_steps(ul_comm_t c, const unsigned char *payload, const char *options) {
+  ul_backend_comm_args_t args;
+  fill_args(&args, c, payload, options);
+  ul__backend_t *be = c->backend;
+  ul_result_t rc = be->ops.comm_init(&args, &c->bcomm, &c->props);
+  if (rc != UL_OK) {
+    c->bcomm = NULL;
+    if (!c->last_error[0])
+      ul__comm_set_error(c, rc, "backend %s: comm_init of rank %d/%d failed", be->ops.name,
+                         c->rank, c->nranks);
+    return rc;
+  }
+  rc = comm_finish_setup(c);
+  if (rc != UL_OK) {
+    if (!c->last_error[0]) ul__comm_set_error(c, rc, "generic layer setup failed");
+    be->ops.comm_abort(c->bcomm);
+    be->ops.comm_destroy(c->bcomm);
+    c->bcomm = NULL;
+    return rc;
+  }
+  UL_INFO("INIT", "rank %d/%d joined on backend %s (path %s)", c->rank, c->nranks, be->ops.name,
+          c->props.path);
+  return UL_OK;
+}
+
+/* Nonblocking creation (config.blocking = 0, NCCL's ncclInProgress): the steps run on a
+ * thread; the handle is returned at once and refuses work until init_state is UL_OK. */
+typedef struct comm_init_job {
+  ul_comm_t c;
+  ul__id_layout_t lay;
+} comm_init_job_t;
+
+static void *comm_init_thread(void *p) {
+  comm_init_job_t *j = p;
+  ul_result_t rc = comm_init_steps(j->c, j->lay.payload, j->lay.options);
+  __atomic_store_n(&j->c->init_state, (int)rc, __ATOMIC_RELEASE);
+  free(j);
+  return NULL;
+}
+
+static ul_result_t comm_init_start(ul_comm_t c, const ul__id_layout_t *lay, ul_comm_t *out) {
+  comm_init_job_t *j = malloc(sizeof *j);
+  pthread_t *th = malloc(sizeof *th);
+  if (!j || !th) {
+    free(j);
+    free(th);
+    comm_free(c);
+    return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_rank: out of memory");
+  }
+  j->c = c;
+  j->lay = *lay;
+  c->init_state = UL_IN_PROGRESS;
+  c->init_thread = th;
+  if (pthread_create(th, NULL, comm_init_thread, j) != 0) {
+    free(j);
+    comm_free(c);
+    return ul__set_thread_error(UL_ERR_SYSTEM, "ul_comm_init_rank: cannot start the init thread");
+  }
+  c->init_thread_live = 1;
+  *out = c;
+  ul__set_thread_error(UL_IN_PROGRESS, "%s", "");
+  return UL_IN_PROGRESS;
+}
+
+/* Teardown of a handle whose nonblocking creation may still run: stop it (the abort flag
+ * reaches the backend's rendezvous) and wait for the thread. 1: the creation had failed,
+ * the handle holds no backend communicator. */
+static int comm_init_join(ul_comm_t c) {
+  if (c->init_thread_live) {
+    if (__atomic_load_n(&c->init_state, __ATOMIC_ACQUIRE) == UL_IN_PROGRESS)
+      __atomic_store_n(&c->abort_flag, 1, __ATOMIC_SEQ_CST);
+    pthread_join(*(pthread_t *)c->init_thread, NULL);
+    c->init_thread_live = 0;
+  }
+  return __atomic_load_n(&c->init_state, __ATOMIC_ACQUIRE) != UL_OK;
+}
+
+UL_API ul_result_t ul_comm_get_async_error(ul_comm_t comm, ul_result_t *async_error) {
+  if (!comm_alive(comm))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_get_async_error: comm is NULL or invalid");
+  if (async_error == NULL)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_get_async_error: async_error is NULL");
+  ul_result_t st = (ul_result_t)__atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
+  if (st == UL_OK) st = comm->sticky;
+  if (st == UL_OK && comm->nb_stream) {
+    ul_result_t q = ul_stream_query(comm->nb_stream);
+    if (q == UL_IN_PROGRESS || q != UL_OK) st = q;
+  }
+  *async_error = st;
+  return UL_OK;
 }
 
 UL_API ul_result_t ul_comm_init_rank(ul_comm_t *comm, const ul_config_t *config, int nranks,
@@ -324,26 +443,13 @@ UL_API ul_result_t ul_comm_init_rank(ul_comm_t *comm, const ul_config_t *config,
   ul_comm_t c = comm_alloc(be, &cfg, rank, nranks);
   if (!c) return ul__set_thread_error(UL_ERR_NO_MEMORY, "ul_comm_init_rank: out of memory");
   selection_text(c->selection, sizeof c->selection, lay.reserved, be->ops.name);
-  ul_backend_comm_args_t args;
-  fill_args(&args, c, lay.payload, lay.options);
-  ul_result_t rc = be->ops.comm_init(&args, &c->bcomm, &c->props);
+  if (!cfg.blocking) return comm_init_start(c, &lay, comm);
+  ul_result_t rc = comm_init_steps(c, lay.payload, lay.options);
   if (rc != UL_OK) {
-    if (c->last_error[0]) ul__set_thread_error(rc, "%s", c->last_error);
-    else ul__set_thread_error(rc, "backend %s: comm_init of rank %d/%d failed", be->ops.name, rank,
-                              nranks);
+    ul__set_thread_error(rc, "%s", c->last_error);
     comm_free(c);
     return rc;
   }
-  rc = comm_finish_setup(c);
-  if (rc != UL_OK) {
-    ul__set_thread_error(rc, "%s", c->last_error[0] ? c->last_error : "generic layer setup failed");
-    be->ops.comm_abort(c->bcomm);
-    be->ops.comm_destroy(c->bcomm);
-    comm_free(c);
-    return rc;
-  }
-  UL_INFO("INIT", "rank %d/%d joined on backend %s (path %s)", rank, nranks, be->ops.name,
-          c->props.path);
   *comm = c;
   return UL_OK;
 }
@@ -466,7 +572,7 @@ static int split_cmp(const void *a, const void *b) {
 UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *newcomm,
                                  const ul_config_t *config) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_split: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_split");
   if (newcomm == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_split: newcomm is NULL");
   if (color < UL_SPLIT_NOCOLOR)
@@ -602,7 +708,7 @@ static ul_result_t comm_sync_streams(ul_comm_t comm) {
 
 UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_finalize: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_finalize");
   if (comm->sticky != UL_OK) return comm->sticky;
   __atomic_add_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST); /* abort must not free under it */
   ul_result_t rc = comm_sync_streams(comm);
@@ -625,6 +731,10 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   if (claim < 0)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
   if (claim > 0) return UL_OK; /* not read: the other teardown may have freed it */ /* an abort or destroy running on another thread frees it */
+  if (comm_init_join(comm)) {
+    comm_free(comm);
+    return UL_OK;
+  }
   ul__streams_release_all(comm);
   ul__generic_fini(comm);
   ul__exchange_free(comm);
@@ -638,8 +748,12 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
    * first; once that has freed the handle it is not live (UL_ERR_INVALID_ARG). */
   int claim = comm ? live_claim(comm, 1) : -1;
   if (claim < 0)
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_abort: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_abort");
   if (claim > 0) return UL_OK; /* not read: the first abort may have freed it */
+  if (comm_init_join(comm)) {
+    comm_free(comm);
+    return UL_OK;
+  }
   comm->backend->ops.comm_abort(comm->bcomm);
   /* Threads blocked in this comm see the flag within one wait slice; let them leave
    * before freeing (bounded: never wait for peers). */
@@ -665,7 +779,7 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
 #define COMM_QUERY(fn, T, expr)                                                                  \
   UL_API ul_result_t fn(ul_comm_t comm, T *out) {                                                \
     if (!ul__comm_valid(comm))                                                                   \
-      return ul__set_thread_error(UL_ERR_INVALID_ARG, #fn ": comm is NULL or invalid");          \
+      return ul__comm_invalid(comm, #fn);                                                        \
     if (out == NULL) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, #fn ": output is NULL"); \
     *out = (expr);                                                                               \
     return UL_OK;                                                                                \
@@ -681,13 +795,15 @@ COMM_QUERY(ul_comm_device, int,
 COMM_QUERY(ul_comm_backend, const char *, comm->backend->ops.name)
 
 UL_API ul_result_t ul_comm_get_error(ul_comm_t comm) {
-  if (!ul__comm_valid(comm)) return UL_ERR_INVALID_ARG;
+  if (!comm_alive(comm)) return UL_ERR_INVALID_ARG;
+  int st = __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
+  if (st != UL_OK) return (ul_result_t)st; /* UL_IN_PROGRESS while a nonblocking init runs */
   return comm->sticky;
 }
 
 UL_API ul_result_t ul_comm_topology(ul_comm_t comm, ul_link_info_t *links, int nlinks) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_topology: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_topology");
   if (links == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_topology: links is NULL");
   if (nlinks < comm->nranks)
@@ -713,7 +829,7 @@ UL_API ul_result_t ul_comm_topology(ul_comm_t comm, ul_link_info_t *links, int n
 
 UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_last_call: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_last_call");
   if (info == NULL || info->struct_size < offsetof(ul_call_info_t, reason))
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
                               "ul_comm_last_call: info is NULL or its struct_size is too small");

@@ -18,7 +18,7 @@ static void comm_leave(ul_comm_t comm) {
 
 UL_API ul_result_t ul_comm_revoke(ul_comm_t comm) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_revoke: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_revoke");
   if (ul__op_is_stub((const void *)comm->backend->ops.comm_revoke))
     return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
                               "ul_comm_revoke: backend %s cannot revoke a communicator (it has "
@@ -45,8 +45,7 @@ UL_API ul_result_t ul_comm_revoke(ul_comm_t comm) {
 
 UL_API ul_result_t ul_comm_failed_ranks(ul_comm_t comm, int *ranks, int max, int *count) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG,
-                                "ul_comm_failed_ranks: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_failed_ranks");
   if (count == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_failed_ranks: count is NULL");
   if (max < 0 || (ranks == NULL && max > 0))
@@ -70,7 +69,7 @@ UL_API ul_result_t ul_comm_failed_ranks(ul_comm_t comm, int *ranks, int max, int
 
 UL_API ul_result_t ul_comm_shrink(ul_comm_t comm, ul_comm_t *newcomm, const ul_config_t *config) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_shrink: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_comm_shrink");
   if (newcomm == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_comm_shrink: newcomm is NULL");
   *newcomm = NULL;

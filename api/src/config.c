@@ -35,6 +35,7 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
   ul__config_t r;
   memset(&r, 0, sizeof r);
   r.device = UL_CONFIG_UNDEF;
+  r.blocking = 1;
 
   /* backend */
   const char *backend = NULL, *backend_src = NULL;
@@ -110,13 +111,14 @@ ul_result_t ul__config_resolve(const ul_config_t *cfg, ul__config_t *out) {
     r.device = cfg->device;
   }
 
-  /* blocking: reserved (nonblocking mode is not implemented); only 0 or 1 mean anything. */
+  /* blocking: 1 (default) or 0 (nonblocking mode, as NCCL's config.blocking). */
   if (UL__CFG_HAS(cfg, blocking) && cfg->blocking != UL_CONFIG_UNDEF && cfg->blocking != 0 &&
       cfg->blocking != 1)
     return ul__set_thread_error(UL_ERR_INVALID_ARG,
                                 "config.blocking is %" PRId32 "; it must be 0 or 1 (or "
                                 "UL_CONFIG_UNDEF)",
                                 cfg->blocking);
+  if (UL__CFG_HAS(cfg, blocking) && cfg->blocking == 0) r.blocking = 0;
 
   /* name: a log label; silently shortened to fit. */
   if (UL__CFG_HAS(cfg, name) && cfg->name != NULL) snprintf(r.name, sizeof r.name, "%s", cfg->name);

@@ -10,7 +10,7 @@
 
 UL_API ul_result_t ul_mem_alloc(ul_comm_t comm, size_t size, void **ptr) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_mem_alloc: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_mem_alloc");
   if (ptr == NULL) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_mem_alloc: ptr is NULL");
   *ptr = NULL;
   if (size == 0) return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_mem_alloc: size is 0");
@@ -28,7 +28,7 @@ UL_API ul_result_t ul_mem_alloc(ul_comm_t comm, size_t size, void **ptr) {
 
 UL_API ul_result_t ul_mem_free(ul_comm_t comm, void *ptr) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_mem_free: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_mem_free");
   if (ptr == NULL) return UL_OK;
   ul_result_t rc = comm->backend->ops.mem_free(comm->bcomm, ptr);
   if (rc == UL_ERR_UNSUPPORTED && comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
@@ -77,7 +77,7 @@ static ul_result_t mem_task_run(void *arg) {
 static ul_result_t mem_move(const char *fn, ul_comm_t comm, void *dst, const void *src, int value,
                             size_t bytes, ul_stream_t stream, int is_set) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: comm is NULL or invalid", fn);
+    return ul__comm_invalid(comm, fn);
   if (stream && (stream->magic != UL__STREAM_MAGIC || stream->comm != comm))
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
                               "%s: stream is not a live stream of this communicator", fn);

@@ -53,7 +53,7 @@ void ul__streams_release_all(ul_comm_t comm) {
 
 UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_create: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_stream_create");
   if (stream == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_create: stream is NULL");
   *stream = NULL;
@@ -80,7 +80,7 @@ UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
 
 UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream_t *stream) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_wrap_native: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_stream_wrap_native");
   if (stream == NULL || native == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_wrap_native: %s is NULL",
                               stream ? "native" : "stream");

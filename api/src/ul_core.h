@@ -91,6 +91,7 @@ typedef struct ul__config {
   int timeout_ms;     /* 0 = forever */
   int check;
   int device;         /* UL_CONFIG_UNDEF = backend decides */
+  int blocking;       /* 0: nonblocking mode (init and stream-less calls return UL_IN_PROGRESS) */
   char name[64];
 } ul__config_t;
 /* config.c. UL_ERR_INVALID_ARG if cfg->struct_size is too small / absurd. */
@@ -197,6 +198,13 @@ struct ul_comm {
   struct ul_stream *streams; /* live streams, released with the communicator */
   size_t xchg_cap;
   ul__flight_t flight;
+  /* Nonblocking mode (config.blocking = 0): init runs on init_thread; init_state is
+   * UL_IN_PROGRESS until it ends, then UL_OK or its error. Stream-less operations go to
+   * nb_stream. */
+  volatile int init_state;
+  int init_thread_live;
+  void *init_thread; /* pthread_t* */
+  struct ul_stream *nb_stream;
 };
 #define UL__COMM_MAGIC 0x756c636dU /* "ulcm" */
 
@@ -234,7 +242,11 @@ static inline int ul__overlap(const void *a, size_t alen, const void *b, size_t 
 /* comm.c */
 UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-UL__HIDDEN bool ul__comm_valid(ul_comm_t comm);
+UL__HIDDEN bool ul__comm_valid(ul_comm_t comm); /* live and initialized: usable */
+/* The error for a call on a handle that is not usable (fn: the public call's name):
+ * UL_ERR_INVALID_USAGE while a nonblocking init runs, its error once it failed, else
+ * UL_ERR_INVALID_ARG. */
+UL__HIDDEN ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn);
 /* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
 UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
 /* flight.c */

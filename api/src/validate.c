@@ -14,8 +14,7 @@ static int mul_overflows(size_t a, size_t b, size_t *out) {
 ul_result_t ul__validate_coll(ul_comm_t comm, const ul__coll_args_t *a, ul_stream_t stream) {
   const char *name = ul_coll_name(a->coll);
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_%s: comm is NULL or not a live communicator",
-                                name ? name : "call");
+    return ul__comm_invalid(comm, name ? name : "call");
   if (stream != NULL) {
     if (stream->magic != UL__STREAM_MAGIC) FAIL("ul_%s: stream is not a live ul_stream_t", name);
     if (stream->comm != comm)

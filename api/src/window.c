@@ -11,7 +11,7 @@ static int window_valid(ul_window_t w) { return w && w->magic == UL__WINDOW_MAGI
 UL_API ul_result_t ul_window_register(ul_comm_t comm, void *base, size_t size,
                                       ul_window_t *window) {
   if (!ul__comm_valid(comm))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_window_register: comm is NULL or invalid");
+    return ul__comm_invalid(comm, "ul_window_register");
   if (window == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_window_register: window is NULL");
   *window = NULL;

@@ -163,7 +163,13 @@ typedef struct ul_config {
   int32_t check;         /**< 1: compare arguments across ranks before each collective
                               (UNILINK_CHECK); UNDEF: environment, else 0 */
   int32_t device;        /**< device index for this rank; UNDEF: backend decides */
-  int32_t blocking;      /**< reserved for nonblocking init (NCCL blocking=0); UNDEF: 1 */
+  int32_t blocking;      /**< 1 (UNDEF): calls return when done. 0: nonblocking mode, as
+                              NCCL's config.blocking = 0: ul_comm_init_rank returns
+                              UL_IN_PROGRESS with *comm set and creates the communicator in
+                              the background; collectives and send/recv without a stream
+                              are queued on the communicator's own stream and return
+                              UL_IN_PROGRESS. Poll ul_comm_get_async_error until it is not
+                              UL_IN_PROGRESS; abort from any thread. */
   const char *name;      /**< label used in logs; NULL: none */
 } ul_config_t;
 
@@ -347,6 +353,14 @@ UL_API ul_result_t ul_comm_shrink(ul_comm_t comm, ul_comm_t *newcomm, const ul_c
  *  @return UL_OK; UL_ERR_INVALID_ARG (NULL count, max < 0, NULL ranks with max > 0);
  *          UL_ERR_UNSUPPORTED (the backend cannot tell). */
 UL_API ul_result_t ul_comm_failed_ranks(ul_comm_t comm, int *ranks, int max, int *count);
+
+/** Nonblocking mode's progress and errors (NCCL's ncclCommGetAsyncError): *async_error
+ *  becomes UL_IN_PROGRESS while the communicator is being created or work queued by
+ *  stream-less calls is pending, the first error of either (or the sticky error), else
+ *  UL_OK. Never blocks, never enters the backend's waits: a watchdog thread can poll it
+ *  and call ul_comm_abort. Works in blocking mode too (no queued work there).
+ *  @return UL_OK; UL_ERR_INVALID_ARG (not a communicator, NULL async_error). */
+UL_API ul_result_t ul_comm_get_async_error(ul_comm_t comm, ul_result_t *async_error);
 
 /** The last error sentence for @p comm: what failed, which rank, which call and the
  *  vendor's own code. NULL comm: the calling thread's last error outside a
