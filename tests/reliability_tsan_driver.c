@@ -7,7 +7,10 @@
  *   3. ul_comm_abort from a second thread releases a blocked allreduce;
  *   4. check mode: a count mismatch gives UL_ERR_MISMATCH on every rank;
  *   5. two threads abort one communicator at once while its rank is blocked in a call
- *      and a third thread waits in ul_stream_synchronize on queued work (issue 16).
+ *      and a third thread waits in ul_stream_synchronize on queued work (issue 16);
+ *   6. a rank aborts, a survivor revokes, the survivors shrink and compute exactly;
+ *   7. nonblocking mode: creation and queued allreduces polled with
+ *      ul_comm_get_async_error while a watchdog thread polls it too.
  * Exit 0 when every check passed; TSan exits 66 by itself on a data race report.
  * Usage: reliability_tsan_driver [ranks (default 4)] */
 #define _GNU_SOURCE
@@ -84,8 +87,91 @@ static void data_paths(ul_comm_t c, int me, int n) {
     }
 }
 
+/* Scenario 6: the last rank aborts; a survivor revokes while the others wait; all shrink
+ * and compute exactly on the survivors. */
+static void recover_scenario(ul_comm_t c, int me, int n) {
+  int32_t x = 1, sum = 0;
+  if (me == n - 1) {
+    ul_comm_abort(c);
+    return;
+  }
+  ul_result_t rc = ul_allreduce(&x, &sum, 1, UL_INT32, UL_SUM, c, NULL);
+  EXPECT(rc == UL_ERR_PEER_LOST || rc == UL_ERR_REVOKED, "rank %d: %s", me, ul_result_name(rc));
+  if (me == 0) ul_comm_revoke(c);
+  ul_comm_t s = NULL;
+  rc = ul_comm_shrink(c, &s, NULL);
+  EXPECT(rc == UL_OK, "rank %d shrink: %s", me, ul_comm_last_error(c));
+  if (rc == UL_OK) {
+    rc = ul_allreduce(&x, &sum, 1, UL_INT32, UL_SUM, s, NULL);
+    EXPECT(rc == UL_OK && sum == n - 1, "rank %d on the survivors: %s sum %d", me,
+           ul_result_name(rc), (int)sum);
+    ul_comm_destroy(s);
+  }
+  ul_comm_destroy(c);
+}
+
+/* Scenario 7: nonblocking mode; a watchdog thread polls the async error while the rank's
+ * thread queues work, then the rank waits for it. */
+typedef struct watch_arg {
+  ul_comm_t comm;
+  volatile int stop;
+  int polls;
+} watch_arg_t;
+
+static void *watch_main(void *p) {
+  watch_arg_t *w = p;
+  while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+    ul_result_t st;
+    ul_comm_get_async_error(w->comm, &st);
+    w->polls++;
+    sleep_ms(1);
+  }
+  return NULL;
+}
+
+static void nonblocking_scenario(rank_arg_t *a) {
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = a->timeout_ms;
+  cfg.blocking = 0;
+  ul_comm_t c = NULL;
+  ul_result_t rc = ul_comm_init_rank(&c, &cfg, a->n, a->id, a->rank);
+  EXPECT(rc == UL_IN_PROGRESS, "nonblocking init rank %d: %s", a->rank, ul_result_name(rc));
+  if (rc != UL_IN_PROGRESS) return;
+  watch_arg_t w = {c, 0, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, watch_main, &w);
+  ul_result_t st = UL_IN_PROGRESS;
+  while (st == UL_IN_PROGRESS) {
+    ul_comm_get_async_error(c, &st);
+    sleep_ms(1);
+  }
+  EXPECT(st == UL_OK, "rank %d creation: %s", a->rank, ul_result_name(st));
+  static int32_t buf[16][8];
+  int32_t *b = buf[a->rank];
+  for (int k = 0; k < 8; k++) b[k] = a->rank + 1;
+  for (int i = 0; i < 4 && st == UL_OK; i++) {
+    rc = ul_allreduce(b, b, 8, UL_INT32, UL_SUM, c, NULL);
+    EXPECT(rc == UL_IN_PROGRESS, "rank %d allreduce: %s", a->rank, ul_result_name(rc));
+  }
+  do {
+    ul_comm_get_async_error(c, &st);
+    sleep_ms(1);
+  } while (st == UL_IN_PROGRESS);
+  int64_t want = a->n * (a->n + 1) / 2;
+  for (int i = 1; i < 4; i++) want *= a->n; /* each round sums n copies of the last */
+  EXPECT(st == UL_OK && b[0] == (int32_t)want, "rank %d: %s, %d (want %lld)", a->rank,
+         ul_result_name(st), (int)b[0], (long long)want);
+  __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  ul_comm_destroy(c);
+}
+
 static void *rank_main(void *p) {
   rank_arg_t *a = p;
+  if (a->scenario == 7) {
+    nonblocking_scenario(a);
+    return NULL;
+  }
   ul_config_t cfg = UL_CONFIG_INIT;
   cfg.timeout_ms = a->timeout_ms;
   cfg.check = a->check;
@@ -93,6 +179,10 @@ static void *rank_main(void *p) {
   ul_result_t rc = ul_comm_init_rank(&c, &cfg, a->n, a->id, a->rank);
   EXPECT(rc == UL_OK, "init rank %d: %s", a->rank, ul_last_error());
   if (rc != UL_OK) return NULL;
+  if (a->scenario == 6) {
+    recover_scenario(c, a->rank, a->n);
+    return NULL;
+  }
   int32_t x[8] = {0};
   switch (a->scenario) {
   case 1: data_paths(c, a->rank, a->n); break;
@@ -209,5 +299,9 @@ int main(int argc, char **argv) {
   printf("check mode: %s\n", failures ? "FAILED" : "ok");
   for (int rep = 0; rep < 5; rep++) run(2, 5, 60000, 0);
   printf("racing aborts: %s\n", failures ? "FAILED" : "ok");
+  run(n, 6, 60000, 0);
+  printf("revoke and shrink: %s\n", failures ? "FAILED" : "ok");
+  run(n, 7, 60000, 0);
+  printf("nonblocking mode: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
 }
