@@ -274,10 +274,6 @@ static ul_result_t run_coll_now(ul_comm_t c, const ul__coll_args_t *a, ul_backen
   return ul__generic_collective(c, a, forced, bs, info);
 }
 
-int ul__fatal_error(ul_result_t rc) {
-  return rc == UL_ERR_TIMEOUT || rc == UL_ERR_PEER_LOST || rc == UL_ERR_ABORTED ||
-         rc == UL_ERR_REVOKED || rc == UL_ERR_INTERNAL || rc == UL_ERR_BACKEND || rc == UL_ERR_SYSTEM;
-}
 
 /* Staged exchange for device-memory backends: the host data goes to device scratch, an
  * in-place allgather runs there, the result comes back, all ordered on bs. */
@@ -707,60 +703,6 @@ static ul_result_t submit_coll_on(ul_comm_t comm, const ul__coll_args_t *a, ul_s
     return UL_OK;
   }
   return coll_task_fn(&t);
-}
-
-UL_API ul_result_t ul_allreduce(const void *sendbuf, void *recvbuf, size_t count,
-                                ul_dtype_t dtype, ul_op_t op, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLREDUCE, sendbuf, recvbuf, count, dtype, op, 0, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_broadcast(const void *sendbuf, void *recvbuf, size_t count,
-                                ul_dtype_t dtype, int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_BROADCAST, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_reduce(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
-                             ul_op_t op, int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_REDUCE, sendbuf, recvbuf, count, dtype, op, root, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
-                                ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLGATHER, sendbuf, recvbuf, sendcount, dtype, UL_SUM, 0, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
-                                     ul_dtype_t dtype, ul_op_t op, ul_comm_t comm,
-                                     ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, dtype, op, 0, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_alltoall(const void *sendbuf, void *recvbuf, size_t count,
-                               ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLTOALL, sendbuf, recvbuf, count, dtype, UL_SUM, 0, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_gather(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
-                             int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_GATHER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_scatter(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
-                              int root, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_SCATTER, sendbuf, recvbuf, count, dtype, UL_SUM, root, 0);
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_barrier(ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_BARRIER, NULL, NULL, 0, UL_UINT8, UL_SUM, 0, 0);
-  return ul__submit_coll(comm, &a, stream);
 }
 
 static ul_result_t p2p_call(int is_send, void *buf, size_t count, ul_dtype_t dtype, int peer,

@@ -1,6 +1,6 @@
-/* The vector collectives' entry points (ul_alltoallv, ul_allgatherv): per-peer counts
- * and displacements, as MPI_Alltoallv / MPI_Allgatherv. Issued like every collective
- * (coll.c); this file owns the copy of the count arrays each call carries. */
+/* The vector collectives' arguments (ul_alltoallv, ul_allgatherv: per-peer counts and
+ * displacements, as MPI_Alltoallv / MPI_Allgatherv): the copy of the count arrays each
+ * call carries (queued calls outlive the caller's arrays) and the largest block. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,21 +31,4 @@ size_t ul__vcoll_max_block(const ul__coll_args_t *a, int nranks) {
     if (a->scounts && a->scounts[j] > m) m = a->scounts[j];
   }
   return m;
-}
-
-UL_API ul_result_t ul_alltoallv(const void *sendbuf, const size_t *sendcounts,
-                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                const size_t *rdispls, ul_dtype_t dtype, ul_comm_t comm,
-                                ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, UL_SUM, 0, 0);
-  a.scounts = sendcounts, a.sdispls = sdispls, a.rcounts = recvcounts, a.rdispls = rdispls;
-  return ul__submit_coll(comm, &a, stream);
-}
-
-UL_API ul_result_t ul_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
-                                 const size_t *recvcounts, const size_t *displs,
-                                 ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream) {
-  ul__coll_args_t a = UL__COLL_ARGS(UL_COLL_ALLGATHERV, sendbuf, recvbuf, sendcount, dtype, UL_SUM, 0, 0);
-  a.rcounts = recvcounts, a.rdispls = displs;
-  return ul__submit_coll(comm, &a, stream);
 }

@@ -23,142 +23,6 @@ typedef struct ul__id_layout {
 } ul__id_layout_t;
 _Static_assert(sizeof(ul__id_layout_t) == UL_UNIQUE_ID_BYTES, "unique id layout");
 
-/* The handle is one of ours and not freed (it may still be initializing). */
-static bool comm_alive(ul_comm_t comm) { return comm != NULL && comm->magic == UL__COMM_MAGIC; }
-
-bool ul__comm_valid(ul_comm_t comm) {
-  return comm_alive(comm) && __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE) == UL_OK;
-}
-
-ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn) {
-  if (comm_alive(comm)) {
-    int st = __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
-    if (st == UL_IN_PROGRESS)
-      return ul__set_thread_error(UL_ERR_INVALID_USAGE,
-                                  "%s: the communicator is still being created (config.blocking "
-                                  "= 0): poll ul_comm_get_async_error until it returns UL_OK",
-                                  fn);
-    if (st != UL_OK)
-      return ul__set_thread_error((ul_result_t)st,
-                                  "%s: the communicator's nonblocking creation failed (%s); "
-                                  "destroy it",
-                                  fn, comm->last_error);
-  }
-  return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: comm is NULL or invalid", fn);
-}
-
-/* Live communicators and whether a teardown (abort/destroy) has claimed each: racing
- * ul_comm_abort calls (a watchdog and the main thread) must not both free the handle.
- * Only teardown consults it, so calls on the hot path pay nothing. */
-typedef struct live_comm {
-  ul_comm_t comm;
-  int claimed;
-} live_comm_t;
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static live_comm_t *live;
-static size_t nlive, live_cap;
-
-static int live_add(ul_comm_t c) {
-  pthread_mutex_lock(&live_lock);
-  int ok = 1;
-  if (nlive == live_cap) {
-    size_t cap = live_cap ? 2 * live_cap : 16;
-    live_comm_t *n = realloc(live, cap * sizeof *n);
-    if (n) {
-      live = n;
-      live_cap = cap;
-    } else {
-      ok = 0;
-    }
-  }
-  if (ok) live[nlive++] = (live_comm_t){c, 0};
-  pthread_mutex_unlock(&live_lock);
-  return ok;
-}
-
-static void live_remove(ul_comm_t c) {
-  pthread_mutex_lock(&live_lock);
-  for (size_t i = 0; i < nlive; i++)
-    if (live[i].comm == c) {
-      live[i] = live[--nlive];
-      break;
-    }
-  pthread_mutex_unlock(&live_lock);
-}
-
-/* Claim c's teardown: 0 claimed by this caller, 1 another teardown has it (abort: the
- * flag is raised here, under the lock, while c is certainly alive), -1 not live. */
-static int live_claim(ul_comm_t c, int raise_abort) {
-  int st = -1;
-  pthread_mutex_lock(&live_lock);
-  for (size_t i = 0; i < nlive; i++)
-    if (live[i].comm == c) {
-      st = live[i].claimed ? 1 : 0;
-      live[i].claimed = 1;
-      if (raise_abort) __atomic_store_n(&c->abort_flag, 1, __ATOMIC_SEQ_CST);
-      break;
-    }
-  pthread_mutex_unlock(&live_lock);
-  return st;
-}
-
-/* Enter a call that an abort must wait for (in_flight), unless a teardown has already
- * claimed comm or freed it: decided under the registry lock, so it cannot interleave
- * with the claim. The handle is not read before it is known to be live. */
-bool ul__comm_enter(ul_comm_t comm) {
-  bool ok = false;
-  pthread_mutex_lock(&live_lock);
-  for (size_t i = 0; i < nlive; i++)
-    if (live[i].comm == comm) {
-      ok = !live[i].claimed;
-      if (ok) __atomic_add_fetch(&comm->in_flight, 1, __ATOMIC_SEQ_CST);
-      break;
-    }
-  pthread_mutex_unlock(&live_lock);
-  return ok;
-}
-
-static void comm_lock(ul_comm_t c) { pthread_mutex_lock((pthread_mutex_t *)c->lock); }
-static void comm_unlock(ul_comm_t c) { pthread_mutex_unlock((pthread_mutex_t *)c->lock); }
-
-static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *fmt, va_list ap) {
-  char buf[512];
-  ul__vformat_error(buf, sizeof buf, fmt, ap);
-  if (!comm_alive(comm)) return ul__set_thread_error(rc, "%s", buf);
-  /* Format into a local copy: another thread (a stream task) may set the next error on
-   * comm as soon as the lock is released. */
-  char full[sizeof comm->last_error];
-  snprintf(full, sizeof full, "rank %d/%d (%.24s): %.400s [%s]", comm->rank, comm->nranks,
-           comm->backend->ops.name, buf, ul_result_name(rc));
-  comm_lock(comm);
-  memcpy(comm->last_error, full, sizeof full);
-  comm_unlock(comm);
-  ul__set_thread_error(rc, "%s", full);
-  if (rc != UL_OK) UL_INFO("ERROR", "%s", full);
-  return rc;
-}
-
-ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ul_result_t r = comm_vset_error(comm, rc, fmt, ap);
-  va_end(ap);
-  return r;
-}
-
-UL_API ul_result_t ul_backend_set_error(ul_comm_t comm, ul_result_t result, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  ul_result_t r = comm_vset_error(comm, result, fmt, ap);
-  va_end(ap);
-  return r;
-}
-
-UL_API const char *ul_comm_last_error(ul_comm_t comm) {
-  if (comm == NULL) return ul_last_error();
-  if (!comm_alive(comm)) return "invalid communicator handle";
-  return comm->last_error;
-}
 
 /* Split "sim:dgx-h100" into name and options. */
 static ul_result_t split_backend_name(const char *full, char *name, size_t nlen, char *opts,
@@ -256,7 +120,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
     free(c);
     return NULL;
   }
-  if (!live_add(c)) {
+  if (!ul__comm_live_add(c)) {
     ul__turn_destroy(c->turn);
     pthread_mutex_destroy(m);
     free(m);
@@ -276,7 +140,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
 
 static void comm_free(ul_comm_t c) {
   if (!c) return;
-  live_remove(c);
+  ul__comm_live_remove(c);
   free(c->init_thread);
   /* the core's own stream of nonblocking mode: released with the others, freed here */
   if (c->nb_stream) ul_stream_destroy(c->nb_stream);
@@ -393,7 +257,7 @@ static int comm_init_join(ul_comm_t c) {
 }
 
 UL_API ul_result_t ul_comm_get_async_error(ul_comm_t comm, ul_result_t *async_error) {
-  if (!comm_alive(comm))
+  if (!ul__comm_alive(comm))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_get_async_error: comm is NULL or invalid");
   if (async_error == NULL)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_get_async_error: async_error is NULL");
@@ -676,17 +540,17 @@ UL_API ul_result_t ul_comm_split(ul_comm_t comm, int color, int key, ul_comm_t *
 /* Complete the work queued on the communicator's streams (finalize's promise); the first
  * error of any stream is returned. Streams must not be destroyed meanwhile. */
 static ul_result_t comm_sync_streams(ul_comm_t comm) {
-  comm_lock(comm);
+  ul__comm_lock(comm);
   size_t n = 0;
   for (ul_stream_t s = comm->streams; s; s = s->next) n++;
   ul_stream_t *snap = n ? malloc(n * sizeof *snap) : NULL;
   if (n && !snap) {
-    comm_unlock(comm);
+    ul__comm_unlock(comm);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_comm_finalize: out of memory");
   }
   n = 0;
   for (ul_stream_t s = comm->streams; s; s = s->next) snap[n++] = s;
-  comm_unlock(comm); /* queued tasks take this lock to record their calls */
+  ul__comm_unlock(comm); /* queued tasks take this lock to record their calls */
   ul_result_t first = UL_OK;
   for (size_t i = 0; i < n; i++) {
     ul_result_t rc = UL_OK;
@@ -727,7 +591,7 @@ UL_API ul_result_t ul_comm_finalize(ul_comm_t comm) {
 UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   if (comm == NULL) return UL_OK;
   /* The registry, not the handle, is asked first: a racing teardown may have freed it. */
-  int claim = live_claim(comm, 0);
+  int claim = ul__comm_live_claim(comm, 0);
   if (claim < 0)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_destroy: invalid communicator handle");
   if (claim > 0) return UL_OK; /* not read: the other teardown may have freed it */ /* an abort or destroy running on another thread frees it */
@@ -746,7 +610,7 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
 UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   /* Idempotent: a second (racing) abort raises the flag and leaves the teardown to the
    * first; once that has freed the handle it is not live (UL_ERR_INVALID_ARG). */
-  int claim = comm ? live_claim(comm, 1) : -1;
+  int claim = comm ? ul__comm_live_claim(comm, 1) : -1;
   if (claim < 0)
     return ul__comm_invalid(comm, "ul_comm_abort");
   if (claim > 0) return UL_OK; /* not read: the first abort may have freed it */
@@ -795,7 +659,7 @@ COMM_QUERY(ul_comm_device, int,
 COMM_QUERY(ul_comm_backend, const char *, comm->backend->ops.name)
 
 UL_API ul_result_t ul_comm_get_error(ul_comm_t comm) {
-  if (!comm_alive(comm)) return UL_ERR_INVALID_ARG;
+  if (!ul__comm_alive(comm)) return UL_ERR_INVALID_ARG;
   int st = __atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
   if (st != UL_OK) return (ul_result_t)st; /* UL_IN_PROGRESS while a nonblocking init runs */
   return comm->sticky;
@@ -825,31 +689,6 @@ UL_API ul_result_t ul_comm_topology(ul_comm_t comm, ul_link_info_t *links, int n
     links[p] = li;
   }
   return UL_OK;
-}
-
-UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
-  if (!ul__comm_valid(comm))
-    return ul__comm_invalid(comm, "ul_comm_last_call");
-  if (info == NULL || info->struct_size < offsetof(ul_call_info_t, reason))
-    return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
-                              "ul_comm_last_call: info is NULL or its struct_size is too small");
-  size_t sz = info->struct_size < sizeof(ul_call_info_t) ? info->struct_size : sizeof(ul_call_info_t);
-  comm_lock(comm);
-  if (comm->last_call.sequence == 0) {
-    comm_unlock(comm);
-    return UL_ERR_NOT_FOUND;
-  }
-  ul_call_info_t copy = comm->last_call;
-  comm_unlock(comm);
-  copy.struct_size = sz;
-  memcpy(info, &copy, sz);
-  return UL_OK;
-}
-
-void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info) {
-  comm_lock(comm);
-  comm->last_call = *info;
-  comm_unlock(comm);
 }
 
 /* comm_recover.c builds the shrunk communicator the way init does. */

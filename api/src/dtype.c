@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "float_convert.h"
 #include "ul_core.h"
 
 static const struct {
@@ -217,3 +218,14 @@ double ul_value_load(ul_dtype_t dtype, const void *src) {
   default: { uint8_t v; memcpy(&v, src, 1); return ul__fp8e5m2_to_float(v); }
   }
 }
+
+/* ------------------------------------------- out-of-line conversions (core) */
+
+float ul__fp16_to_float(uint16_t h) { return red_fp16_to_float(h); }
+uint16_t ul__float_to_fp16(float f) { return red_float_to_fp16(f); }
+float ul__bf16_to_float(uint16_t h) { return red_bf16_to_float(h); }
+uint16_t ul__float_to_bf16(float f) { return red_float_to_bf16(f); }
+float ul__fp8e4m3_to_float(uint8_t v) { return red_e4m3_to_float(v); }
+uint8_t ul__float_to_fp8e4m3(float f) { return red_float_to_e4m3(f); }
+float ul__fp8e5m2_to_float(uint8_t v) { return red_e5m2_to_float(v); }
+uint8_t ul__float_to_fp8e5m2(float f) { return red_float_to_e5m2(f); }

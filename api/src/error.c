@@ -10,24 +10,6 @@
 
 static _Thread_local char ul__thread_error[UL__THREAD_ERROR_LEN];
 
-void ul__vformat_error(char *buf, size_t len, const char *fmt, va_list ap) {
-  if (buf == NULL || len == 0) return;
-  if (fmt == NULL) {
-    buf[0] = '\0';
-    return;
-  }
-  int n = vsnprintf(buf, len, fmt, ap);
-  if (n < 0) {
-    snprintf(buf, len, "(unformattable error message: %s)", fmt);
-    return;
-  }
-  /* Mark truncation so a reader knows the sentence was cut, not wrong. */
-  if ((size_t)n >= len && len > 4) memcpy(buf + len - 4, "...", 4);
-  /* One line: drop trailing newlines a caller may have added. */
-  size_t l = strlen(buf);
-  while (l > 0 && (buf[l - 1] == '\n' || buf[l - 1] == '\r')) buf[--l] = '\0';
-}
-
 /* Record the sentence and return rc, so callers write `return ul__set_thread_error(...)`.
  * A format of "" clears the last error. errno is preserved for the caller. */
 ul_result_t ul__set_thread_error(ul_result_t rc, const char *fmt, ...) {

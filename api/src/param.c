@@ -25,26 +25,6 @@ typedef struct ul__str_node {
   char text[];
 } ul__str_node_t;
 
-typedef struct ul__param_def {
-  const char *name;
-  ul__param_type_t type;
-  const char *def;
-  const char *owner;
-  const char *help;
-} ul__param_def_t;
-
-static const ul__param_def_t ul__param_defs[UL__P_COUNT] = {
-#define UL__PARAM_DEF(n, t, d, o, h) {#n, UL__PARAM_##t, d, o, h},
-    UL_PARAM_LIST(UL__PARAM_DEF)
-#undef UL__PARAM_DEF
-};
-
-static const ul__param_def_t *ul__param_def_find(const char *key) {
-  for (int i = 0; i < UL__P_COUNT; i++)
-    if (strcmp(ul__param_defs[i].name, key) == 0) return &ul__param_defs[i];
-  return NULL;
-}
-
 /* The table's integer default (constant text, checked by the unit tests). */
 static int64_t ul__param_def_int(const ul__param_def_t *d) {
   int64_t v = 0;
@@ -298,28 +278,24 @@ void ul__params_register_core(void) {
  * is compiled in, so a listing never offers a parameter the build ignores. */
 static void ul__params_register_core_locked(void) {
   for (int i = 0; i < UL__P_COUNT; i++) {
-    const ul__param_def_t *d = &ul__param_defs[i];
+    const ul__param_def_t *d = ul__param_def_at(i);
     if (i == UL__P_FAULT && !ul__test_hooks_built()) continue;
     ul__param_define(d->name, d->type, d->def, d->help);
   }
 }
 
 int64_t ul__param_get_int(ul__param_id_t id) {
-  if (id < 0 || id >= UL__P_COUNT || ul__param_defs[id].type != UL__PARAM_INT) return 0;
-  return ul__param_int(ul__param_defs[id].name, 0, NULL);
+  if (id < 0 || id >= UL__P_COUNT || ul__param_def_at(id)->type != UL__PARAM_INT) return 0;
+  return ul__param_int(ul__param_def_at(id)->name, 0, NULL);
 }
 
 const char *ul__param_get_str(ul__param_id_t id) {
-  if (id < 0 || id >= UL__P_COUNT || ul__param_defs[id].type != UL__PARAM_STR) return "";
-  return ul__param_str(ul__param_defs[id].name, NULL, NULL);
-}
-
-const char *ul__param_default(ul__param_id_t id) {
-  return (id >= 0 && id < UL__P_COUNT) ? ul__param_defs[id].def : "";
+  if (id < 0 || id >= UL__P_COUNT || ul__param_def_at(id)->type != UL__PARAM_STR) return "";
+  return ul__param_str(ul__param_def_at(id)->name, NULL, NULL);
 }
 
 int64_t ul__param_default_int(ul__param_id_t id) {
-  return (id >= 0 && id < UL__P_COUNT) ? ul__param_def_int(&ul__param_defs[id]) : 0;
+  return (id >= 0 && id < UL__P_COUNT) ? ul__param_def_int(ul__param_def_at(id)) : 0;
 }
 
 int ul_param_count(void) {

@@ -80,6 +80,16 @@ typedef enum ul__param_id {
 } ul__param_id_t;
 UL__HIDDEN int64_t ul__param_get_int(ul__param_id_t id);
 UL__HIDDEN const char *ul__param_get_str(ul__param_id_t id);
+/* param_defs.c: the table of param_list.h (no env read, no logging) */
+typedef struct ul__param_def {
+  const char *name;
+  ul__param_type_t type;
+  const char *def;
+  const char *owner;
+  const char *help;
+} ul__param_def_t;
+UL__HIDDEN const ul__param_def_t *ul__param_def_at(int id); /* 0 <= id < UL__P_COUNT */
+UL__HIDDEN const ul__param_def_t *ul__param_def_find(const char *key); /* NULL: not listed */
 UL__HIDDEN const char *ul__param_default(ul__param_id_t id);  /* table text, no env read */
 UL__HIDDEN int64_t ul__param_default_int(ul__param_id_t id);
 /* fault.c, compiled once per UNILINK_TEST_HOOKS setting: 1 when the fault switches exist. */
@@ -133,6 +143,14 @@ UL__HIDDEN ul_result_t ul__registry_load_plugin(const char *path);
 UL__HIDDEN void ul__registry_reset(void);
 /* Is this op of ops a stub (absent)? */
 UL__HIDDEN bool ul__op_is_stub(const void *fnptr);
+/* registry_stubs.c: every op of @o a stub; stubs for the ops past @declared bytes or NULL. */
+UL__HIDDEN void ul__fill_all_stubs(ul_backend_ops_t *o);
+UL__HIDDEN void ul__fill_missing_ops(ul_backend_ops_t *o, size_t declared);
+/* registry_plugins.c: ".../libunilink-foo.so" -> "foo"; load every plugin file found
+ * (registry lock held). registry.c: load one plugin file (registry lock held). */
+UL__HIDDEN void ul__plugin_hint(const char *path, char *out, size_t len);
+UL__HIDDEN void ul__load_plugins_locked(void);
+UL__HIDDEN ul_result_t ul__load_plugin_locked(const char *path);
 
 /* --------------------------------------------------------------- datatypes */
 /* dtype.c + reduce.c */
@@ -239,7 +257,7 @@ static inline int ul__overlap(const void *a, size_t alen, const void *b, size_t 
   return x < y + blen && y < x + alen;
 }
 
-/* comm.c */
+/* comm_state.c (below every other core file) */
 UL__HIDDEN ul_result_t ul__comm_set_error(ul_comm_t comm, ul_result_t rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 UL__HIDDEN bool ul__comm_valid(ul_comm_t comm); /* live and initialized: usable */
@@ -249,6 +267,18 @@ UL__HIDDEN bool ul__comm_valid(ul_comm_t comm); /* live and initialized: usable 
 UL__HIDDEN ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn);
 /* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
 UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
+UL__HIDDEN bool ul__comm_alive(ul_comm_t comm); /* ours and not freed (maybe initializing) */
+/* The registry of live handles: add (0 when out of memory), remove, claim for teardown
+ * (0 claimed here, 1 another teardown has it, -1 not live; raise_abort sets the flag
+ * under the lock while c is certainly alive). */
+UL__HIDDEN int ul__comm_live_add(ul_comm_t c);
+UL__HIDDEN void ul__comm_live_remove(ul_comm_t c);
+UL__HIDDEN int ul__comm_live_claim(ul_comm_t c, int raise_abort);
+UL__HIDDEN void ul__comm_lock(ul_comm_t c); /* guards last_error, last_call, streams */
+UL__HIDDEN void ul__comm_unlock(ul_comm_t c);
+UL__HIDDEN void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info);
+/* an error that fails the communicator (sticky), not just the call */
+UL__HIDDEN int ul__fatal_error(ul_result_t rc);
 /* flight.c */
 UL__HIDDEN void ul__flight_begin(ul_comm_t c, uint64_t seq, ul_coll_t coll, size_t bytes);
 UL__HIDDEN void ul__flight_end(ul_comm_t c, ul_result_t rc, const ul_call_info_t *info);
@@ -279,8 +309,6 @@ UL__HIDDEN void ul__exchange_free(ul_comm_t comm);
 /* stream_api.c: release the queues of every stream still open on @comm (teardown); the
  * handles become orphans that ul_stream_destroy frees. */
 UL__HIDDEN void ul__streams_release_all(ul_comm_t comm);
-/* coll.c: an error that fails the communicator (sticky), not just the call. */
-UL__HIDDEN int ul__fatal_error(ul_result_t rc);
 /* window.c: unlink a window from its comm / free every window of a comm. */
 UL__HIDDEN void ul__windows_free_all(ul_comm_t comm);
 

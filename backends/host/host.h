@@ -202,6 +202,8 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
 uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared);
 void host_slot_wake(host_slot_t *slot, int shared);
 void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word);
+/* Collective barrier over the control area. */
+ul_result_t host_comm_barrier(ul_backend_comm_t *c, const char *what);
 /* Error sentence for a failed wait on comm c, "what" describes the wait. */
 ul_result_t host_wait_error(const ul_backend_comm_t *c, ul_result_t rc,
                             const host_wait_fail_t *fail, const char *what);
@@ -225,8 +227,6 @@ ul_result_t host_comm_finalize(ul_backend_comm_t *c);
 ul_result_t host_comm_destroy(ul_backend_comm_t *c);
 ul_result_t host_comm_abort(ul_backend_comm_t *c);
 ul_result_t host_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *out);
-/* Collective barrier over the control area. */
-ul_result_t host_comm_barrier(ul_backend_comm_t *c, const char *what);
 
 /* ---- host_mem.c ---- */
 ul_result_t host_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr);

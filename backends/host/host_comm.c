@@ -677,16 +677,3 @@ ul_result_t host_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *o
   return UL_OK;
 }
 
-ul_result_t host_comm_barrier(ul_backend_comm_t *c, const char *what) {
-  c->barrier_epoch++;
-  uint64_t target = c->barrier_epoch * (uint64_t)c->nranks;
-  host_slot_add(&c->ctrl->barrier, 1, c->ctrl_shared);
-  host_waiter_t w;
-  host_waiter_for_comm(c, &w, 1);
-  host_wait_fail_t fail;
-  ul_result_t rc = host_wait_geq(&w, &c->ctrl->barrier, target, &fail);
-  if (rc == UL_OK) return UL_OK;
-  char buf[160];
-  snprintf(buf, sizeof buf, "in the barrier of %s", what);
-  return host_wait_error(c, rc, &fail, buf);
-}
