@@ -70,30 +70,42 @@ typedef struct mpi_global {
 } mpi_global_t;
 extern mpi_global_t mpi_g;
 
-/* mpi_backend.c */
+/* The unique id's payload: MPI is the bootstrap, the id only carries a job token. */
+#define MPI_ID_MAGIC "ULMPIID1"
+typedef struct mpi_id_payload {
+  char magic[8];
+  uint32_t impl;       /* UL_MPI_IMPL_SELF of the creator */
+  uint32_t world_size; /* informational */
+  uint64_t job_hash;   /* mpi_job_hash() of the creator; 0 unknown */
+  unsigned char token[32];
+} mpi_id_payload_t;
+_Static_assert(sizeof(mpi_id_payload_t) <= UL_BACKEND_ID_PAYLOAD_BYTES, "payload too large");
+
+/* mpi_init.c: process-wide state, MPI's initialisation, datatypes and operations */
 ul_result_t mpi_backend_ensure(char *reason, size_t reason_len);
 int mpi_launched(void);
+uint64_t mpi_job_hash(void); /* the launcher's job, 0 unknown */
+ul_result_t mpi_backend_init(char *reason, size_t reason_len);
+void mpi_backend_fini(void);
+ul_result_t mpi_backend_query_caps(ul_backend_caps_t *caps);
+ul_result_t mpi_backend_get_unique_id(unsigned char *payload, size_t payload_bytes);
+MPI_Datatype mpi_dtype_of(ul_dtype_t d);
+MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
+
+/* mpi_wait.c: errors, the one polling wait, watching peers and revoke notices */
 /* Map an MPI error code to a unilink result and record the sentence on c (NULL: thread). */
 ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call);
 /* Poll requests to completion honouring c's timeout and abort flag (c NULL: timeout_ms). */
 ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
                         int timeout_ms);
-/* One idle step of a polling wait (abort, timeout, back-off); UL_OK: poll again. */
+/* One idle step of a polling wait (abort, revoke, lost peer, timeout, back-off); UL_OK:
+ * poll again. */
 ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
                           unsigned *spins);
+double mpi_now_ms(void); /* CLOCK_MONOTONIC */
 /* A peer rank this process can watch (same node and pid namespace) that has exited, or -1.
  * Records it in c->lost_rank and marks MPI as troubled. */
 int mpi_find_lost_peer(ul_backend_comm_t *c);
-MPI_Datatype mpi_dtype_of(ul_dtype_t d);
-double mpi_now_ms(void); /* CLOCK_MONOTONIC */
-MPI_Op mpi_op_of(ul_dtype_t d, ul_op_t op);
-
-/* mpi_backend.c, for mpi_recover.c: the steps of comm_init/comm_split */
-ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args);
-ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t *props);
-ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c);
-
-/* mpi_recover.c */
 /* After the node map: the peers' pids, a pidfd for those that run beside us. */
 ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c);
 /* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. */
@@ -102,6 +114,24 @@ void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len);
 ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c);
 /* 1 once this rank revoked c or a peer's revoke notice arrived (polls the notice). */
 int mpi_revoke_seen(ul_backend_comm_t *c);
+
+/* mpi_comm.c */
+ul_backend_comm_t *mpi_comm_new(const ul_backend_comm_args_t *args);
+/* Common tail of comm_init, comm_split and shrink: c->comm is ours. */
+ul_result_t mpi_comm_setup(ul_backend_comm_t *c, ul_backend_comm_props_t *props);
+/* The next comm_init on this thread builds on mc (valid = 1) instead of MPI_COMM_WORLD. */
+void mpi_comm_stage(int valid, MPI_Comm mc);
+ul_result_t mpi_backend_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t **out,
+                                  ul_backend_comm_props_t *props);
+ul_result_t mpi_backend_comm_split(ul_backend_comm_t *parent, int color, int key,
+                                   const ul_backend_comm_args_t *args, ul_backend_comm_t **out,
+                                   ul_backend_comm_props_t *props);
+ul_result_t mpi_backend_comm_finalize(ul_backend_comm_t *c);
+ul_result_t mpi_backend_comm_destroy(ul_backend_comm_t *c);
+ul_result_t mpi_backend_comm_abort(ul_backend_comm_t *c);
+ul_result_t mpi_backend_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *out);
+
+/* mpi_recover.c */
 ul_result_t mpi_comm_revoke(ul_backend_comm_t *c);
 ul_result_t mpi_comm_failed_ranks(ul_backend_comm_t *c, int *ranks, int max, int *count);
 ul_result_t mpi_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *args,

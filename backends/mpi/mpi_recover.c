@@ -19,98 +19,11 @@
 #include "mpi_internal.h"
 #include "proc_alive.h"
 
-#define MPI_TAG_REVOKE 0x7e51
+#define MPI_TAG_REVOKE 0x7e51 /* as mpi_wait.c, which receives them */
 #define MPI_TAG_VIEW(k) (0x7e52 + 2 * (int)((k) & 0x3fff))
 #define MPI_TAG_DECIDE(k) (0x7e53 + 2 * (int)((k) & 0x3fff))
 
-/* ------------------------------------------------------------- liveness */
-int mpi_find_lost_peer(ul_backend_comm_t *c) {
-  if (!c || !c->pid_of) return -1;
-  int first = -1;
-  for (int r = 0; r < c->nranks; r++) {
-    if (r == c->rank || c->pidfd_of[r] == -2) continue;
-    if (!ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r])) {
-      if (first < 0) first = r;
-    }
-  }
-  if (first >= 0) {
-    c->lost_rank = first;
-    mpi_g.trouble = 1;
-  }
-  return first;
-}
-
-/* "rank 1 (pid 123), rank 3 (pid 456)": every watched peer that has exited. More than one
- * may be gone by the time we look (survivors that saw the loss first leave too), so all
- * are named rather than guessing which died first. */
-void mpi_lost_peers_text(ul_backend_comm_t *c, char *buf, size_t len) {
-  size_t n = 0;
-  buf[0] = '\0';
-  for (int r = 0; r < c->nranks && n < len; r++) {
-    if (r == c->rank || c->pidfd_of[r] == -2 || ulbu_pid_alive(c->pid_of[r], c->pidfd_of[r]))
-      continue;
-    int w = snprintf(buf + n, len - n, "%srank %d (pid %d)", n ? ", " : "", r, (int)c->pid_of[r]);
-    if (w < 0) break;
-    n += (size_t)w;
-  }
-}
-
-
-/* Watch the peers that run beside us (same host name and pid namespace): a rank that
- * dies inside a shared-memory transfer leaves MPI waiting forever, but its exit is
- * visible here (issue 16: name the lost rank, well before the timeout). */
-ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c) {
-  int n = c->nranks;
-  uint64_t mine[2] = {(uint64_t)getpid(), ulbu_pid_namespace()}, *all = calloc((size_t)n * 2, 8);
-  c->pid_of = calloc((size_t)n, sizeof *c->pid_of);
-  c->pidfd_of = malloc((size_t)n * sizeof *c->pidfd_of);
-  if (!all || !c->pid_of || !c->pidfd_of) {
-    free(all);
-    return ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
-  }
-  for (int r = 0; r < n; r++) c->pidfd_of[r] = -2;
-  MPI_Request req;
-  int rc = MPI_Iallgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, c->comm, &req);
-  ul_result_t res = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Iallgather", c->timeout_ms)
-                                      : mpi_error_set(c, rc, "MPI_Iallgather");
-  if (res == UL_OK)
-    for (int r = 0; r < n; r++) {
-      c->pid_of[r] = (pid_t)all[2 * r];
-      if (r != c->rank && all[2 * r + 1] == mine[1] && mine[1] != 0 &&
-          strcmp(c->host_of[r], c->host_of[c->rank]) == 0)
-        c->pidfd_of[r] = ulbu_pid_open(c->pid_of[r]);
-    }
-  free(all);
-  return res;
-}
-
-
 /* ---------------------------------------------------------------- revoke */
-ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c) {
-  MPI_Request req;
-  int rc = MPI_Comm_idup(c->comm, &c->ctl, &req);
-  ul_result_t r = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Comm_idup (control)", c->timeout_ms)
-                                    : mpi_error_set(c, rc, "MPI_Comm_idup (control)");
-  if (r == UL_OK) MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
-  c->ctl_buf = calloc((size_t)c->nranks * (size_t)(c->nranks + 2), 1);
-  if (r == UL_OK && !c->ctl_buf)
-    r = ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
-  return r;
-}
-
-int mpi_revoke_seen(ul_backend_comm_t *c) {
-  if (c->revoked) return 1;
-  if (c->ctl == MPI_COMM_NULL) return 0;
-  int flag = 0;
-  MPI_Status st;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_REVOKE, c->ctl, &flag, &st) == MPI_SUCCESS && flag) {
-    int v = 0;
-    MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, MPI_TAG_REVOKE, c->ctl, MPI_STATUS_IGNORE);
-    c->revoked = 1;
-  }
-  return c->revoked;
-}
-
 /* A send we never wait for: to a rank that may be dead. The buffer must outlive it, so
  * it is a static constant. */
 static void mpi_send_and_forget(const void *buf, int n, int peer, int tag, MPI_Comm comm) {
