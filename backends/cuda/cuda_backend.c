@@ -66,7 +66,6 @@
 #endif
 #include "cuda_internal.h"
 
-int cuda_ndev;
 /* --------------------------------------------------------------- lifecycle */
 
 static ul_result_t cuda_init(char *reason, size_t reason_len) {
@@ -91,10 +90,6 @@ static ul_result_t cuda_query_caps(ul_backend_caps_t *caps) {
   caps->max_ranks = 0;
   ulgpu_runtime_version(caps->version, sizeof(caps->version));
   return UL_OK;
-}
-
-ul_result_t cuda_get_unique_id(unsigned char *payload, size_t bytes) {
-  return ulbu_token_id_make(payload, bytes, CUDA_ID_MAGIC, "cuda backend");
 }
 
 static const ul_backend_ops_t cuda_ops = {

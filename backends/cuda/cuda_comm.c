@@ -26,6 +26,12 @@
 #endif
 #include "cuda_internal.h"
 
+int cuda_ndev; /* set by cuda_init (cuda_backend.c) */
+
+ul_result_t cuda_get_unique_id(unsigned char *payload, size_t bytes) {
+  return ulbu_token_id_make(payload, bytes, CUDA_ID_MAGIC, "cuda backend");
+}
+
 static void cuda_alloc_release(void *ptr, int tag, void *arg) {
   (void)tag, (void)arg;
   cudaFree(ptr);
