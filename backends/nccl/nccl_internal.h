@@ -112,7 +112,9 @@ static inline cudaStream_t ulnccl_stream_of(ul_backend_comm_t *c, ul_backend_str
 }
 
 /* nccl_backend.c: free an allocation (ncclMemFree or cudaFree by its tag). */
-void ulnccl_alloc_release(void *ptr, int from_nccl, void *arg);
+void ulnccl_alloc_release(void *ptr, int from_nccl, void *arg); /* nccl_lib.c */
+/* nccl_lib.c: fill ulnccl_opt (UNILINK_NCCL_NEW_API=0 leaves it empty) */
+void ulnccl_resolve_optional(void);
 
 /* nccl_mem.c: memory, windows, the one-sided ops NCCL has not. */
 ul_result_t ulnccl_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr);
