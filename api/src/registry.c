@@ -7,10 +7,12 @@
  *
  * Concurrency: slots live at fixed addresses in a fixed-size array and the count is
  * published with release/acquire, so readers need no lock. Loading and probing take
- * recursive locks, because a backend's init may call back into the library. */
+ * recursive locks, because a backend's init may call back into the library.
+ *
+ * This file: slots, registration, loading a plugin, probing, selection and the API;
+ * registry_stubs.c: the stub ops; registry_plugins.c: finding plugin files. */
 #define _GNU_SOURCE
 #include <ctype.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -23,184 +25,10 @@
 
 #include "ul_core.h"
 
-#ifndef UNILINK_INSTALL_LIBDIR
-#define UNILINK_INSTALL_LIBDIR ""
-#endif
-
 #define UL__MAX_BACKENDS 64
 #define UL__NAME_MAX 31
-#define UL__PLUGIN_PREFIX "libunilink-"
-#define UL__PLUGIN_SUFFIX ".so"
 
-/* ------------------------------------------------------------------ stubs */
-/* One stub per op signature: calling through a function pointer of another type is
- * undefined behaviour, so every stub has exactly the type of the ops it stands for. */
-static ul_result_t ul__stub_init(char *reason, size_t reason_len) { return UL_ERR_UNSUPPORTED; }
-static void ul__stub_fini(void) {}
-static ul_result_t ul__stub_query_caps(ul_backend_caps_t *caps) { return UL_ERR_UNSUPPORTED; }
-static ul_result_t ul__stub_get_unique_id(unsigned char *p, size_t n) { return UL_ERR_UNSUPPORTED; }
-static ul_result_t ul__stub_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **o,
-                                      ul_backend_comm_props_t *p) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_comm_init_all(const ul_backend_comm_args_t *a, int n,
-                                          ul_backend_comm_t **o, ul_backend_comm_props_t *p) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_comm_split(ul_backend_comm_t *c, int color, int key,
-                                       const ul_backend_comm_args_t *a, ul_backend_comm_t **o,
-                                       ul_backend_comm_props_t *p) {
-  return UL_ERR_UNSUPPORTED;
-}
-/* comm_finalize, comm_destroy, comm_abort, group_start */
-static ul_result_t ul__stub_comm(ul_backend_comm_t *c) { return UL_ERR_UNSUPPORTED; }
-static ul_result_t ul__stub_comm_topology(ul_backend_comm_t *c, int peer, ul_link_info_t *o) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_stream_create(ul_backend_comm_t *c, ul_backend_stream_t **o) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_stream_wrap(ul_backend_comm_t *c, void *n, ul_backend_stream_t **o) {
-  return UL_ERR_UNSUPPORTED;
-}
-/* stream_destroy, stream_query */
-static ul_result_t ul__stub_stream(ul_backend_stream_t *s) { return UL_ERR_UNSUPPORTED; }
-static ul_result_t ul__stub_stream_sync(ul_backend_stream_t *s, int timeout_ms) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_free(ul_backend_comm_t *c, void *ptr) { return UL_ERR_UNSUPPORTED; }
-static ul_result_t ul__stub_window_register(ul_backend_comm_t *c, void *base, size_t size,
-                                            int extra, ul_backend_window_t **o, void **bases) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_window_deregister(ul_backend_comm_t *c, ul_backend_window_t *w) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_put(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
-                                size_t off, const void *src, size_t bytes,
-                                ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
-                                size_t off, void *dst, size_t bytes, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer,
-                                   int index, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
-                                        uint64_t value, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
-                                        uint64_t *value) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_reduce_local(ul_backend_comm_t *c, void *dst, const void *a,
-                                         const void *b, size_t count, ul_dtype_t dtype,
-                                         ul_op_t op, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_scale_avg(ul_backend_comm_t *c, void *buf, size_t count,
-                                      ul_dtype_t dtype, int nranks, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_copy_local(ul_backend_comm_t *c, void *dst, const void *src,
-                                       size_t bytes, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_send(ul_backend_comm_t *c, const void *buf, size_t count,
-                                 ul_dtype_t dtype, int peer, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_recv(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
-                                 int peer, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_group_end(ul_backend_comm_t *c, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_export(ul_backend_comm_t *c, const void *p, size_t n, uint64_t *h,
-                                       size_t *off) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_import(ul_backend_comm_t *c, int peer, uint64_t h, void **base,
-                                       size_t *size) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_annotate_call(ul_backend_comm_t *c, ul_call_info_t *info) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_kind(ul_backend_comm_t *c, const void *p, size_t n,
-                                     ul_backend_mem_kind_t *kind) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_copy(ul_backend_comm_t *c, void *dst, const void *src,
-                                     size_t bytes, ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_mem_set(ul_backend_comm_t *c, void *dst, int value, size_t bytes,
-                                    ul_backend_stream_t *s) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t *a,
-                                        ul_backend_comm_t **o, ul_backend_comm_props_t *p,
-                                        int *r, int *n) {
-  return UL_ERR_UNSUPPORTED;
-}
-static ul_result_t ul__stub_comm_failed_ranks(ul_backend_comm_t *c, int *r, int m, int *n) {
-  return UL_ERR_UNSUPPORTED;
-}
-
-/* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
- * checked, so a stub with the wrong signature fails to compile. */
-#define UL__OPS_LIST(X)                           \
-  X(init, ul__stub_init)                          \
-  X(fini, ul__stub_fini)                          \
-  X(query_caps, ul__stub_query_caps)              \
-  X(get_unique_id, ul__stub_get_unique_id)        \
-  X(comm_init, ul__stub_comm_init)                \
-  X(comm_init_all, ul__stub_comm_init_all)        \
-  X(comm_split, ul__stub_comm_split)              \
-  X(comm_finalize, ul__stub_comm)                 \
-  X(comm_destroy, ul__stub_comm)                  \
-  X(comm_abort, ul__stub_comm)                    \
-  X(comm_topology, ul__stub_comm_topology)        \
-  X(stream_create, ul__stub_stream_create)        \
-  X(stream_wrap, ul__stub_stream_wrap)            \
-  X(stream_destroy, ul__stub_stream)              \
-  X(stream_synchronize, ul__stub_stream_sync)     \
-  X(stream_query, ul__stub_stream)                \
-  X(mem_alloc, ul__stub_mem_alloc)                \
-  X(mem_free, ul__stub_mem_free)                  \
-  X(window_register, ul__stub_window_register)    \
-  X(window_deregister, ul__stub_window_deregister) \
-  X(put, ul__stub_put)                            \
-  X(get, ul__stub_get)                            \
-  X(signal, ul__stub_signal)                      \
-  X(wait_signal, ul__stub_wait_signal)            \
-  X(read_signal, ul__stub_read_signal)            \
-  X(reduce_local, ul__stub_reduce_local)          \
-  X(scale_avg, ul__stub_scale_avg)                \
-  X(copy_local, ul__stub_copy_local)              \
-  X(send, ul__stub_send)                          \
-  X(recv, ul__stub_recv)                          \
-  X(group_start, ul__stub_comm)                   \
-  X(group_end, ul__stub_group_end)                \
-  X(annotate_call, ul__stub_annotate_call)        \
-  X(mem_export, ul__stub_mem_export)              \
-  X(mem_import, ul__stub_mem_import)              \
-  X(mem_kind, ul__stub_mem_kind)                  \
-  X(mem_copy, ul__stub_mem_copy)                  \
-  X(mem_set, ul__stub_mem_set)                    \
-  X(comm_revoke, ul__stub_comm)                   \
-  X(comm_shrink, ul__stub_comm_shrink)            \
-  X(comm_failed_ranks, ul__stub_comm_failed_ranks)
-
+/* Every collective of ul_backend_coll_ops_t. */
 #define UL__COLL_LIST(X) \
   X(allreduce)           \
   X(broadcast)           \
@@ -213,19 +41,6 @@ static ul_result_t ul__stub_comm_failed_ranks(ul_backend_comm_t *c, int *r, int 
   X(barrier)             \
   X(alltoallv)           \
   X(allgatherv)
-
-static const void *const ul__stubs[] = {
-#define UL__STUB_ADDR(field, stub) (const void *)stub,
-    UL__OPS_LIST(UL__STUB_ADDR)
-#undef UL__STUB_ADDR
-};
-
-bool ul__op_is_stub(const void *fnptr) {
-  if (fnptr == NULL) return false;
-  for (size_t i = 0; i < sizeof ul__stubs / sizeof ul__stubs[0]; i++)
-    if (ul__stubs[i] == fnptr) return true;
-  return false;
-}
 
 /* --------------------------------------------------------------- built-ins */
 #define UL_BUILTIN_BACKEND(name) extern const ul_backend_ops_t ul_backend_##name;
@@ -296,12 +111,6 @@ static void ul__slot_publish(ul__slot_t *s) {
   int n = ul__count();
   ul__slots[n] = s;
   atomic_store_explicit(&ul__nslots, n + 1, memory_order_release);
-}
-
-static void ul__fill_all_stubs(ul_backend_ops_t *o) {
-#define UL__STUB_SET(field, stub) o->field = stub;
-  UL__OPS_LIST(UL__STUB_SET)
-#undef UL__STUB_SET
 }
 
 /* Register a refused table: listed, never usable, with the reason. */
@@ -400,12 +209,7 @@ static ul_result_t ul__add_locked(const ul_backend_ops_t *ops, const char *origi
   /* Copy what the table declares, never more; ops past struct_size stay NULL. */
   const size_t declared = ops->struct_size;
   memcpy(&s->be.ops, ops, declared < sizeof s->be.ops ? declared : sizeof s->be.ops);
-#define UL__FILL_OP(field, stub)                                                          \
-  if (offsetof(ul_backend_ops_t, field) + sizeof(s->be.ops.field) > declared ||          \
-      s->be.ops.field == NULL)                                                            \
-    s->be.ops.field = stub;
-  UL__OPS_LIST(UL__FILL_OP)
-#undef UL__FILL_OP
+  ul__fill_missing_ops(&s->be.ops, declared);
 
   const ul_backend_coll_ops_t *coll = NULL;
   if (offsetof(ul_backend_ops_t, coll) + sizeof(ops->coll) <= declared) coll = ops->coll;
@@ -444,20 +248,7 @@ static ul_result_t ul__add_locked(const ul_backend_ops_t *ops, const char *origi
 }
 
 /* --------------------------------------------------------------- plugins */
-/* "…/libunilink-foo.so" -> "foo"; any other file name -> its base name. */
-static void ul__plugin_hint(const char *path, char *out, size_t len) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  size_t n = strlen(base);
-  const size_t pl = strlen(UL__PLUGIN_PREFIX), sl = strlen(UL__PLUGIN_SUFFIX);
-  if (n > pl + sl && strncmp(base, UL__PLUGIN_PREFIX, pl) == 0 &&
-      strcmp(base + n - sl, UL__PLUGIN_SUFFIX) == 0)
-    snprintf(out, len, "%.*s", (int)(n - pl - sl), base + pl);
-  else
-    snprintf(out, len, "%.*s", (int)(len - 1), base); /* cut to a name */
-}
-
-static ul_result_t ul__load_plugin_locked(const char *path) {
+ul_result_t ul__load_plugin_locked(const char *path) {
   char real[PATH_MAX];
   if (realpath(path, real) == NULL)
     return ul__set_thread_error(UL_ERR_NOT_FOUND, "plugin %s: %s", path, strerror(errno));
@@ -492,65 +283,6 @@ static ul_result_t ul__load_plugin_locked(const char *path) {
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "refused %s", reason);
   }
   return ul__add_locked(entry(), real, h, real, hint);
-}
-
-static int ul__plugin_filter(const struct dirent *d) {
-  size_t n = strlen(d->d_name);
-  const size_t pl = strlen(UL__PLUGIN_PREFIX), sl = strlen(UL__PLUGIN_SUFFIX);
-  return n > pl + sl && strncmp(d->d_name, UL__PLUGIN_PREFIX, pl) == 0 &&
-         strcmp(d->d_name + n - sl, UL__PLUGIN_SUFFIX) == 0;
-}
-
-typedef struct ul__dirset {
-  char dirs[16][PATH_MAX];
-  int n;
-} ul__dirset_t;
-
-static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *seen) {
-  char real[PATH_MAX];
-  if (dir == NULL || dir[0] == '\0' || realpath(dir, real) == NULL) return;
-  for (int i = 0; i < seen->n; i++)
-    if (strcmp(seen->dirs[i], real) == 0) return; /* same folder named twice */
-  if (seen->n < (int)(sizeof seen->dirs / sizeof seen->dirs[0]))
-    snprintf(seen->dirs[seen->n++], PATH_MAX, "%s", real);
-  struct dirent **list = NULL;
-  int n = scandir(real, &list, ul__plugin_filter, alphasort); /* sorted: deterministic */
-  if (n < 0) return;
-  UL_TRACE("INIT", "scanning %s (%s): %d plugin file(s)", real, why, n);
-  for (int i = 0; i < n; i++) {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", real, list[i]->d_name) < (int)sizeof path)
-      (void)ul__load_plugin_locked(path);
-    free(list[i]);
-  }
-  free(list);
-}
-
-static void ul__load_plugins_locked(void) {
-  ul__dirset_t *seen = calloc(1, sizeof *seen);
-  if (seen == NULL) return;
-  const char *pp = ul__param_get_str(UL__P_PLUGIN_PATH);
-  if (pp && pp[0]) {
-    char *copy = strdup(pp);
-    if (copy) {
-      char *save = NULL;
-      for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
-        ul__scan_dir_locked(d, "UNILINK_PLUGIN_PATH", seen);
-      free(copy);
-    }
-  }
-  Dl_info info;
-  if (dladdr((void *)&ul_backend_count, &info) && info.dli_fname && info.dli_fname[0]) {
-    char self[PATH_MAX];
-    snprintf(self, sizeof self, "%s", info.dli_fname);
-    char *slash = strrchr(self, '/');
-    if (slash) {
-      *slash = '\0';
-      ul__scan_dir_locked(self[0] ? self : "/", "folder of libunilink", seen);
-    }
-  }
-  ul__scan_dir_locked(UNILINK_INSTALL_LIBDIR, "install folder", seen);
-  free(seen);
 }
 
 static void ul__registry_ensure(void) {

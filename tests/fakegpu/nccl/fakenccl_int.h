@@ -2,6 +2,7 @@
 #ifndef UNILINK_FAKENCCL_INT_H
 #define UNILINK_FAKENCCL_INT_H
 
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -99,5 +100,128 @@ struct ncclComm {
   int split_count;
   uint32_t magic1;
 };
+
+/* ================================================================ shared by the source files */
+
+#define FN_API __attribute__((visibility("default")))
+
+/* Injected faults (FAKEGPU_NCCL_FAULT) and the outcomes of a wait. */
+enum { F_ASYNC = 1, F_NEVER_JOIN, F_HANG };
+enum { FW_OK = 0, FW_ABORT, FW_TIMEOUT, FW_PEER };
+
+static inline fn_rankinfo_t *shm_rank(fn_shm_t *s, int r) {
+  return (fn_rankinfo_t *)((char *)s + s->off_ranks) + r;
+}
+static inline fn_boot_t *shm_boot(fn_shm_t *s, int r) {
+  return (fn_boot_t *)((char *)s + s->off_boot) + r;
+}
+static inline fn_step_t *shm_step(fn_shm_t *s, int r) {
+  return (fn_step_t *)((char *)s + s->off_steps) + r;
+}
+static inline char *shm_stage(fn_shm_t *s, int r) {
+  return (char *)s + s->off_stage + (size_t)r * s->chunk;
+}
+static inline fn_ring_t *shm_ring(fn_shm_t *s, int src, int dst) {
+  return (fn_ring_t *)((char *)s + s->off_rings) + (size_t)src * s->nranks + dst;
+}
+static inline char *shm_ringdata(fn_shm_t *s, int src, int dst) {
+  return (char *)s + s->off_ringdata + ((size_t)src * s->nranks + dst) * s->ring;
+}
+
+typedef struct fn_job {
+  struct fn_job *next;
+  ncclComm_t comm;          /* whose state the job sets */
+  void *(*fn)(void *);
+  void *arg;
+  int started;
+} fn_job_t;
+
+typedef enum {
+  K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCESCATTER, K_ALLTOALL, K_GATHER,
+  K_SCATTER, K_SEND, K_RECV
+} fn_kind_t;
+
+typedef struct fn_op {
+  struct fn_op *next;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  fn_kind_t kind;
+  const char *name;
+  const void *sbuf;
+  void *rbuf;
+  size_t count;
+  int dtype, root; /* root, or the peer of send/recv */
+  fn_redop_t op;
+  const void *scalar_ptr; /* PreMulSum with a device scalar */
+  int fault;              /* F_ASYNC, F_HANG */
+  int s_host, r_host;     /* host memory the device reaches: used directly */
+  /* progress of send/recv */
+  size_t done;
+  int hdr_done, finished;
+} fn_op_t;
+
+typedef struct {
+  ncclComm_t comm;
+  uint64_t seq;
+  fn_op_t *ops;
+} fn_task_t;
+
+/* The calling thread's group (fakenccl_group.c). */
+extern __thread int g_depth;
+extern __thread fn_op_t *g_ops, **g_ops_tail; /* NULL tail: the list is empty */
+extern __thread fn_job_t *g_jobs;
+
+#define CUDACHECK(call)                                                                          \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != cudaSuccess) {                                                                     \
+      fn_warn("Cuda failure '%s'", cuda_str(e_));                                                \
+      return ncclUnhandledCudaError;                                                             \
+    }                                                                                            \
+  } while (0)
+
+/* fakenccl_errors.c: errors, environment, faults, time */
+void fn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int env_int(const char *name, int def);
+int timeout_ms(void);
+void comm_faults(ncclComm_t c);
+double now_ms(void);
+void backoff(unsigned *spins);
+const char *cuda_str(cudaError_t e);
+
+/* fakenccl.c: communicators */
+void comm_ref(ncclComm_t c);
+void comm_unref(ncclComm_t c);
+ncclResult_t comm_check(ncclComm_t c, const char *opname);
+ncclResult_t ptr_check(const void *p, const char *opname, const char *what);
+ncclResult_t comm_state(ncclComm_t c);
+ncclResult_t comm_ensure_ready(ncclComm_t c);
+int peer_died(ncclComm_t c);
+int wait_all_ge(ncclComm_t c, _Atomic uint64_t *first, size_t stride, uint64_t v, int tmo_ms,
+                ncclComm_t also);
+ncclResult_t boot_allgather(ncclComm_t c, const void *mine, size_t len, void *all,
+                            ncclComm_t also);
+
+/* fakenccl_group.c: groups and stream tasks */
+void group_join_comm(ncclComm_t c, ncclResult_t *err);
+ncclResult_t group_err_check(ncclResult_t r);
+ncclResult_t group_end_internal(void);
+void task_error(ncclComm_t c, ncclResult_t r);
+int illegal_address(ncclComm_t c, const fn_op_t *o, const char *which);
+int wait_result(ncclComm_t c, int w);
+
+/* fakenccl_coll.c: collectives */
+ncclResult_t cuda_ptr_check(const void *p, ncclComm_t c, const char *what, const char *opname);
+ncclResult_t enqueue(fn_op_t tmpl, ncclRedOp_t op);
+int run_coll(ncclComm_t c, fn_op_t *o);
+fn_op_t op_tmpl(fn_kind_t k, const char *name, const void *s, void *r, size_t count,
+                ncclDataType_t dt, int root, ncclComm_t comm, cudaStream_t st);
+
+/* fakenccl_p2p.c: send/recv */
+int run_p2p(ncclComm_t c, fn_op_t **ops, int nops);
+
+/* fakenccl_mem.c: the tasks' view of memory */
+void *dev_view(const void *p, size_t n);
+int host_reachable(const void *p);
 
 #endif
