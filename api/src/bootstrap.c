@@ -1,21 +1,12 @@
-/* Bootstrap over an MPI launcher, for every backend, without linking MPI: the core
- * finds the mpi plugin in the registry and calls the functions it exports
- * (backends/mpi/mpi_backend.c), reached with dlsym on the plugin's handle. */
+/* Bootstrap over an MPI launcher, for every backend, without linking MPI: the core asks
+ * the backend whose ops table has bootstrap_bcast/bootstrap_stage (the mpi plugin's) to
+ * carry rank 0's unique id to every process. */
 #define _GNU_SOURCE
 #include "ul_core.h"
 
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Exported by libunilink-mpi.so. impl 0 = MPI_COMM_WORLD, else the unilink/mpi.h
- * implementation tag of the caller and fcomm the Fortran handle of its communicator. */
-typedef ul_result_t (*ul__mpi_bcast_fn)(int impl, int64_t fcomm, void *buf, size_t len, int *rank,
-                                        int *nranks);
-typedef ul_result_t (*ul__mpi_stage_fn)(int impl, int64_t fcomm, int stage);
-#define UL__MPI_BCAST_SYMBOL "ul_mpi_bootstrap_bcast_comm"
-#define UL__MPI_STAGE_SYMBOL "ul_mpi_stage_comm"
 
 /* Environment a launcher puts into every process it starts: Open MPI (orterun),
  * PMIx launchers (prterun, srun --mpi=pmix), PMI-1/2 (MPICH hydra, Intel MPI,
@@ -40,33 +31,23 @@ typedef struct ul__bootstrap_msg {
   ul_unique_id_t id;
 } ul__bootstrap_msg_t;
 
-static ul_result_t ul__bootstrap_plugin(const char *caller, ul__mpi_bcast_fn *bcast,
-                                        ul__mpi_stage_fn *stage) {
+typedef ul_result_t (*ul__bootstrap_bcast_fn)(int impl, int64_t fcomm, void *buf, size_t len,
+                                              int *rank, int *nranks);
+
+static ul_result_t ul__bootstrap_backend(const char *caller, const ul_backend_ops_t **ops) {
   ul__backend_t *be = NULL;
-  ul_result_t rc = ul__registry_find("mpi", &be);
+  ul_result_t rc = ul__registry_find_bootstrap(&be);
   if (rc != UL_OK) {
     char why[400];
     snprintf(why, sizeof why, "%s", ul_last_error());
-    return ul__set_thread_error(UL_ERR_UNAVAILABLE,
-                                "%s: the mpi backend (plugin libunilink-mpi.so) is not usable: %s",
-                                caller, why[0] ? why : ul_result_string(rc));
+    return ul__set_thread_error(UL_ERR_UNAVAILABLE, "%s: %s", caller, why);
   }
-  void *h = be->dl_handle ? be->dl_handle : RTLD_DEFAULT;
-  void *b = dlsym(h, UL__MPI_BCAST_SYMBOL);
-  void *s = dlsym(h, UL__MPI_STAGE_SYMBOL);
-  if (!b || !s)
-    return ul__set_thread_error(UL_ERR_UNAVAILABLE,
-                                "%s: the mpi backend from %s does not export %s/%s (an older "
-                                "plugin?)",
-                                caller, be->origin, UL__MPI_BCAST_SYMBOL, UL__MPI_STAGE_SYMBOL);
-  /* dlsym returns object pointers; the plugin exports functions. */
-  memcpy(bcast, &b, sizeof b);
-  if (stage) memcpy(stage, &s, sizeof s);
+  *ops = &be->ops;
   return UL_OK;
 }
 
 /* Rank 0 of the communicator makes an id for `backend`; everyone gets it. */
-static ul_result_t ul__bootstrap_share_id(const char *caller, ul__mpi_bcast_fn bcast, int impl,
+static ul_result_t ul__bootstrap_share_id(const char *caller, ul__bootstrap_bcast_fn bcast, int impl,
                                           int64_t fcomm, const char *backend,
                                           ul_unique_id_t *id, int *rank, int *nranks) {
   int r = -1, n = 0;
@@ -94,11 +75,11 @@ UL_API ul_result_t ul_bootstrap_mpi(const char *backend, ul_unique_id_t *id, int
   if (!id || !rank || !nranks)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_bootstrap_mpi: %s is NULL",
                                 !id ? "id" : !rank ? "rank" : "nranks");
-  ul__mpi_bcast_fn bcast = NULL;
-  UL_CHECK(ul__bootstrap_plugin("ul_bootstrap_mpi", &bcast, NULL));
+  const ul_backend_ops_t *o = NULL;
+  UL_CHECK(ul__bootstrap_backend("ul_bootstrap_mpi", &o));
   ul_unique_id_t tmp;
   int r = 0, n = 0;
-  UL_CHECK(ul__bootstrap_share_id("ul_bootstrap_mpi", bcast, 0, 0, backend, &tmp, &r, &n));
+  UL_CHECK(ul__bootstrap_share_id("ul_bootstrap_mpi", o->bootstrap_bcast, 0, 0, backend, &tmp, &r, &n));
   UL_INFO("BOOTSTRAP", "ul_bootstrap_mpi: rank %d of %d received the unique id for %s", r, n,
           backend ? backend : "auto");
   *id = tmp;
@@ -125,16 +106,15 @@ UL_API ul_result_t ul_comm_init_mpi_handle(ul_comm_t *comm, const ul_config_t *c
                                 "ul_comm_init_mpi: config->backend is '%s'; an MPI communicator "
                                 "needs the mpi backend",
                                 config->backend);
-  ul__mpi_bcast_fn bcast = NULL;
-  ul__mpi_stage_fn stage = NULL;
-  UL_CHECK(ul__bootstrap_plugin("ul_comm_init_mpi", &bcast, &stage));
+  const ul_backend_ops_t *o = NULL;
+  UL_CHECK(ul__bootstrap_backend("ul_comm_init_mpi", &o));
   ul_unique_id_t id;
   int r = 0, n = 0;
-  UL_CHECK(ul__bootstrap_share_id("ul_comm_init_mpi", bcast, impl, mpi_fortran_handle, "mpi", &id,
-                                  &r, &n));
-  /* The plugin builds the next communicator of this thread on the staged MPI_Comm. */
-  UL_CHECK(stage(impl, mpi_fortran_handle, 1));
+  UL_CHECK(ul__bootstrap_share_id("ul_comm_init_mpi", o->bootstrap_bcast, impl, mpi_fortran_handle,
+                                  o->name, &id, &r, &n));
+  /* The backend builds the next communicator of this thread on the staged MPI_Comm. */
+  UL_CHECK(o->bootstrap_stage(impl, mpi_fortran_handle, 1));
   ul_result_t rc = ul_comm_init_rank(comm, config, n, id, r);
-  stage(impl, mpi_fortran_handle, 0);
+  o->bootstrap_stage(impl, mpi_fortran_handle, 0);
   return rc;
 }

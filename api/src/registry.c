@@ -408,6 +408,30 @@ static void ul__list_names(char *buf, size_t len, int with_reasons) {
   if (n == 0) snprintf(buf, len, "none");
 }
 
+ul_result_t ul__registry_find_bootstrap(ul__backend_t **out) {
+  *out = NULL;
+  ul__registry_ensure();
+  char why[400] = "";
+  size_t o = 0;
+  int n = ul__count();
+  for (int i = 0; i < n; i++) {
+    ul__slot_t *s = ul__slots[i];
+    if (ul__op_is_stub((const void *)s->be.ops.bootstrap_bcast)) continue;
+    ul__probe(s);
+    if (s->be.status == UL_OK) {
+      *out = &s->be;
+      return UL_OK;
+    }
+    if (o + 1 < sizeof why)
+      o += (size_t)snprintf(why + o, sizeof why - o, "%s%s: %s", o ? "; " : "", s->name,
+                            s->be.reason);
+  }
+  return ul__set_thread_error(UL_ERR_UNAVAILABLE,
+                              "no usable backend offers a launcher bootstrap (the mpi plugin, "
+                              "libunilink-mpi.so, does)%s%s",
+                              why[0] ? ": " : "", why);
+}
+
 ul_result_t ul__registry_find(const char *name, ul__backend_t **out) {
   if (out) *out = NULL;
   if (out == NULL)

@@ -127,6 +127,13 @@ static ul_result_t ul__stub_comm_shrink(ul_backend_comm_t *c, const ul_backend_c
 static ul_result_t ul__stub_comm_failed_ranks(ul_backend_comm_t *c, int *r, int m, int *n) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_bootstrap_bcast(int impl, int64_t fcomm, void *buf, size_t len,
+                                            int *rank, int *nranks) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_bootstrap_stage(int impl, int64_t fcomm, int on) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -171,7 +178,9 @@ static ul_result_t ul__stub_comm_failed_ranks(ul_backend_comm_t *c, int *r, int 
   X(mem_set, ul__stub_mem_set)                    \
   X(comm_revoke, ul__stub_comm)                   \
   X(comm_shrink, ul__stub_comm_shrink)            \
-  X(comm_failed_ranks, ul__stub_comm_failed_ranks)
+  X(comm_failed_ranks, ul__stub_comm_failed_ranks) \
+  X(bootstrap_bcast, ul__stub_bootstrap_bcast)    \
+  X(bootstrap_stage, ul__stub_bootstrap_stage)
 
 static const void *const ul__stubs[] = {
 #define UL__STUB_ADDR(field, stub) (const void *)stub,

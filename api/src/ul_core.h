@@ -134,6 +134,8 @@ UL__HIDDEN ul__backend_t *ul__registry_at(int index); /* probes on first use */
 /* NULL/""/"auto": best available (highest priority). UL_ERR_NOT_FOUND / UNAVAILABLE
  * with a thread error sentence. */
 UL__HIDDEN ul_result_t ul__registry_find(const char *name, ul__backend_t **out);
+/* The first usable backend with bootstrap_bcast (ul_bootstrap_mpi, ul_comm_init_mpi). */
+UL__HIDDEN ul_result_t ul__registry_find_bootstrap(ul__backend_t **out);
 /* Validate and register a table (used for plugins and by tests). */
 UL__HIDDEN ul_result_t ul__registry_add(const ul_backend_ops_t *ops, const char *origin,
                                         void *dl_handle);

@@ -1,5 +1,4 @@
-/* mpi backend: the ops table and the functions the core finds by name for bootstrap over
- * an MPI launcher. Built as the plugin libunilink-mpi.so so that libunilink itself never
+/* mpi backend: the ops table, and the bootstrap over an MPI launcher it offers the core. Built as the plugin libunilink-mpi.so so that libunilink itself never
  * links MPI; everything else lives in the files the table names. */
 #define _GNU_SOURCE
 #include "mpi_internal.h"
@@ -14,6 +13,77 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ------------------------------------------------------------ bootstrap */
+/* The ops table's bootstrap_bcast/bootstrap_stage: the core's ul_bootstrap_mpi and
+ * ul_comm_init_mpi (api/src/bootstrap.c) run over them, for any backend. */
+
+static ul_result_t mpi_comm_from_handle(int impl, int64_t fcomm, MPI_Comm *out) {
+  if (impl == 0) {
+    *out = MPI_COMM_WORLD;
+    return UL_OK;
+  }
+  if (impl != UL_MPI_IMPL_SELF)
+    return ul_backend_set_error(NULL, UL_ERR_VERSION,
+                                "mpi: the application was compiled with another MPI (%s) than "
+                                "the mpi plugin (%s); rebuild one of them",
+                                impl == 1 ? "Open MPI" : impl == 2 ? "MPICH" : "unknown",
+                                UL_MPI_IMPL_SELF == 1 ? "Open MPI" : "MPICH");
+  if (fcomm < INT_MIN || fcomm > INT_MAX)
+    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG, "mpi: invalid MPI communicator handle");
+  MPI_Comm mc = MPI_Comm_f2c((MPI_Fint)fcomm);
+  if (mc == MPI_COMM_NULL)
+    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG,
+                                "mpi: mpicomm is MPI_COMM_NULL (this process is not in it)");
+  int inter = 0;
+  if (MPI_Comm_test_inter(mc, &inter) != MPI_SUCCESS || inter)
+    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG,
+                                "mpi: mpicomm is an intercommunicator; an intracommunicator "
+                                "is needed");
+  *out = mc;
+  return UL_OK;
+}
+
+/* Broadcast len bytes of buf from rank 0 of the communicator (impl 0: MPI_COMM_WORLD,
+ * else the Fortran handle fcomm of an application communicator) and return this
+ * process's rank and the size. buf NULL or len 0: only rank and size. MPI is
+ * initialised if needed. */
+static ul_result_t mpi_bootstrap_bcast(int impl, int64_t fcomm, void *buf, size_t len, int *rank,
+                                       int *nranks) {
+  char reason[256] = "";
+  if (mpi_backend_ensure(reason, sizeof reason) != UL_OK)
+    return ul_backend_set_error(NULL, UL_ERR_UNAVAILABLE, "mpi: %s", reason);
+  MPI_Comm mc;
+  ul_result_t r = mpi_comm_from_handle(impl, fcomm, &mc);
+  if (r != UL_OK) return r;
+  if (len > INT_MAX)
+    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG, "mpi: bootstrap message too large");
+  int rc = MPI_Comm_rank(mc, rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(mc, nranks);
+  if (rc != MPI_SUCCESS) return mpi_error_set(NULL, rc, "MPI_Comm_rank");
+  if (!buf || !len) return UL_OK;
+  MPI_Request req;
+  rc = MPI_Ibcast(buf, (int)len, MPI_BYTE, 0, mc, &req);
+  if (rc != MPI_SUCCESS) return mpi_error_set(NULL, rc, "MPI_Ibcast (bootstrap)");
+  int timeout = (int)ul_backend_param_int("TIMEOUT_MS", 300000,
+                                          "wait limit for any blocking wait, in ms (0: forever)");
+  return mpi_waitall(NULL, 1, &req, "MPI_Ibcast (bootstrap)", timeout);
+}
+
+
+/* Stage (stage=1) the application communicator for the next comm_init on this thread,
+ * or drop a staged one (stage=0). */
+static ul_result_t mpi_bootstrap_stage(int impl, int64_t fcomm, int stage) {
+  if (!stage) {
+    mpi_comm_stage(0, MPI_COMM_NULL);
+    return UL_OK;
+  }
+  MPI_Comm mc;
+  ul_result_t r = mpi_comm_from_handle(impl, fcomm, &mc);
+  if (r != UL_OK) return r;
+  mpi_comm_stage(1, mc);
+  return UL_OK;
+}
 
 /* ---------------------------------------------------------- ops table */
 static const ul_backend_ops_t mpi_backend_ops = {
@@ -50,80 +120,8 @@ static const ul_backend_ops_t mpi_backend_ops = {
     .group_start = mpi_p2p_group_start,
     .group_end = mpi_p2p_group_end,
     .coll = &mpi_coll_ops,
+    .bootstrap_bcast = mpi_bootstrap_bcast,
+    .bootstrap_stage = mpi_bootstrap_stage,
 };
 
 MPI_BACKEND_VISIBLE const ul_backend_ops_t *ul_backend_entry(void) { return &mpi_backend_ops; }
-
-/* --------------------------------------------------- bootstrap exports */
-/* Reached by the core through dlsym on the plugin handle (api/src/bootstrap.c). */
-
-static ul_result_t mpi_comm_from_handle(int impl, int64_t fcomm, MPI_Comm *out) {
-  if (impl == 0) {
-    *out = MPI_COMM_WORLD;
-    return UL_OK;
-  }
-  if (impl != UL_MPI_IMPL_SELF)
-    return ul_backend_set_error(NULL, UL_ERR_VERSION,
-                                "mpi: the application was compiled with another MPI (%s) than "
-                                "the mpi plugin (%s); rebuild one of them",
-                                impl == 1 ? "Open MPI" : impl == 2 ? "MPICH" : "unknown",
-                                UL_MPI_IMPL_SELF == 1 ? "Open MPI" : "MPICH");
-  if (fcomm < INT_MIN || fcomm > INT_MAX)
-    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG, "mpi: invalid MPI communicator handle");
-  MPI_Comm mc = MPI_Comm_f2c((MPI_Fint)fcomm);
-  if (mc == MPI_COMM_NULL)
-    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG,
-                                "mpi: mpicomm is MPI_COMM_NULL (this process is not in it)");
-  int inter = 0;
-  if (MPI_Comm_test_inter(mc, &inter) != MPI_SUCCESS || inter)
-    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG,
-                                "mpi: mpicomm is an intercommunicator; an intracommunicator "
-                                "is needed");
-  *out = mc;
-  return UL_OK;
-}
-
-/* Broadcast len bytes of buf from rank 0 of the communicator (impl 0: MPI_COMM_WORLD,
- * else the Fortran handle fcomm of an application communicator) and return this
- * process's rank and the size. buf NULL or len 0: only rank and size. MPI is
- * initialised if needed. */
-MPI_BACKEND_VISIBLE ul_result_t ul_mpi_bootstrap_bcast_comm(int impl, int64_t fcomm, void *buf,
-                                                            size_t len, int *rank, int *nranks) {
-  char reason[256] = "";
-  if (mpi_backend_ensure(reason, sizeof reason) != UL_OK)
-    return ul_backend_set_error(NULL, UL_ERR_UNAVAILABLE, "mpi: %s", reason);
-  MPI_Comm mc;
-  ul_result_t r = mpi_comm_from_handle(impl, fcomm, &mc);
-  if (r != UL_OK) return r;
-  if (len > INT_MAX)
-    return ul_backend_set_error(NULL, UL_ERR_INVALID_ARG, "mpi: bootstrap message too large");
-  int rc = MPI_Comm_rank(mc, rank);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(mc, nranks);
-  if (rc != MPI_SUCCESS) return mpi_error_set(NULL, rc, "MPI_Comm_rank");
-  if (!buf || !len) return UL_OK;
-  MPI_Request req;
-  rc = MPI_Ibcast(buf, (int)len, MPI_BYTE, 0, mc, &req);
-  if (rc != MPI_SUCCESS) return mpi_error_set(NULL, rc, "MPI_Ibcast (bootstrap)");
-  int timeout = (int)ul_backend_param_int("TIMEOUT_MS", 300000,
-                                          "wait limit for any blocking wait, in ms (0: forever)");
-  return mpi_waitall(NULL, 1, &req, "MPI_Ibcast (bootstrap)", timeout);
-}
-
-MPI_BACKEND_VISIBLE ul_result_t ul_mpi_bootstrap_bcast(void *buf, size_t len, int *rank,
-                                                       int *nranks) {
-  return ul_mpi_bootstrap_bcast_comm(0, 0, buf, len, rank, nranks);
-}
-
-/* Stage (stage=1) the application communicator for the next comm_init on this thread,
- * or drop a staged one (stage=0). */
-MPI_BACKEND_VISIBLE ul_result_t ul_mpi_stage_comm(int impl, int64_t fcomm, int stage) {
-  if (!stage) {
-    mpi_comm_stage(0, MPI_COMM_NULL);
-    return UL_OK;
-  }
-  MPI_Comm mc;
-  ul_result_t r = mpi_comm_from_handle(impl, fcomm, &mc);
-  if (r != UL_OK) return r;
-  mpi_comm_stage(1, mc);
-  return UL_OK;
-}

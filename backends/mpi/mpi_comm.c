@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Communicator staged by ul_mpi_stage_comm() for the next comm_init on this thread
+/* Communicator staged by the bootstrap_stage op (mpi_backend.c) for the next comm_init on this thread
  * (ul_comm_init_mpi: build on the user's MPI_Comm instead of MPI_COMM_WORLD). */
 static __thread int mpi_staged_valid;
 static __thread MPI_Comm mpi_staged_comm;

@@ -274,6 +274,20 @@ typedef struct ul_backend_ops {
   /** Local, non-blocking: the ranks of c this rank knows are lost, ascending (up to max
    *  in ranks), their number in *count. */
   ul_result_t (*comm_failed_ranks)(ul_backend_comm_t *c, int *ranks, int max, int *count);
+
+  /* --- launcher bootstrap (ABI 1.3, optional): a backend that reaches every process of
+   *     an MPI launcher's job lets the core run ul_bootstrap_mpi and ul_comm_init_mpi for
+   *     any backend; the core asks whichever backend has these (no lookup by name) ------ */
+  /** Broadcast len bytes of buf from rank 0 of the job (impl 0: every process the
+   *  launcher started; else the application communicator given by its Fortran handle
+   *  fcomm, built with the MPI whose unilink/mpi.h tag is impl); buf NULL: only report
+   *  this process's *rank and the job's *nranks. Collective; bounded by the backend's
+   *  timeout. */
+  ul_result_t (*bootstrap_bcast)(int impl, int64_t fcomm, void *buf, size_t len, int *rank,
+                                 int *nranks);
+  /** on = 1: the next comm_init on this thread builds on that application communicator
+   *  instead of the whole job; on = 0: drop it. */
+  ul_result_t (*bootstrap_stage)(int impl, int64_t fcomm, int on);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */
