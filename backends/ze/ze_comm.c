@@ -9,21 +9,6 @@
 
 #include "ze_internal.h"
 
-ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r) {
-  char buf[320];
-  ulze_format_error(buf, sizeof(buf), call, (uint32_t)r, NULL);
-  return ul_backend_set_error(c ? c->core : NULL, ulze_result((uint32_t)r), "ze backend: %s", buf);
-}
-
-/* UL_OK to keep waiting, else the error to return. */
-ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const char *what) {
-  int aborted = ze_aborted(c);
-  /* An abort is reported before a failed signal delivery. */
-  if (!aborted && c->async_err != ZE_RESULT_SUCCESS)
-    return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
-  return ulbu_wait_step(c->core, c->rank, aborted, t0, timeout_ms, what);
-}
-
 static ul_result_t ze_board_wait(void *arg, double t0, const char *what) {
   ul_backend_comm_t *c = arg;
   return ze_wait_check(c, t0, c->timeout_ms, what);
@@ -45,12 +30,6 @@ static uint64_t ze_host_hash(void) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (const char *p = buf; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
   return h;
-}
-
-/* Publish *mine, then read every rank's slot into all[] (collective). */
-ul_result_t ze_allgather(ul_backend_comm_t *c, const ze_slot_t *mine, ze_slot_t *all,
-                                const char *what) {
-  return ulbu_board_allgather(&c->board, mine, all, sizeof(*mine), what);
 }
 
 static void ze_alloc_release(void *ptr, int tag, void *arg) {

@@ -155,7 +155,7 @@ static inline struct ul_backend_stream *ze_st(ul_backend_comm_t *c, ul_backend_s
   return s ? s : &c->internal;
 }
 
-/* ------------------------------------------------------- ze_comm.c */
+/* ------------------------------------------- ze_wait.c: errors, waits, exchange */
 
 /* Record "ze backend: <call>: <result>" on c and return the mapped result. */
 ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r);
@@ -164,6 +164,8 @@ ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const
 /* Publish *mine, then read every rank's slot into all[] (collective). */
 ul_result_t ze_allgather(ul_backend_comm_t *c, const ze_slot_t *mine, ze_slot_t *all,
                          const char *what);
+
+/* ------------------------------------------------------- ze_comm.c */
 ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **out,
                          ul_backend_comm_props_t *props);
 ul_result_t ze_comm_init_all(const ul_backend_comm_args_t *args, int ndev,
@@ -236,8 +238,11 @@ ul_result_t ze_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype
 ul_result_t ze_copy_local(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
                           ul_backend_stream_t *s);
 
-/* ------------------------------------------------------- ze_backend.c */
+/* ------------------------------------------------------- ze_driver.c */
 
+ul_result_t ze_init(char *reason, size_t reason_len);
+void ze_fini(void);
+ul_result_t ze_query_caps(ul_backend_caps_t *caps);
 ul_result_t ze_get_unique_id(unsigned char *payload, size_t bytes);
 
 #endif

@@ -7,6 +7,29 @@
 
 #include "ze_internal.h"
 
+/* --------------------------------------------------- errors, waits, exchange */
+ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r) {
+  char buf[320];
+  ulze_format_error(buf, sizeof(buf), call, (uint32_t)r, NULL);
+  return ul_backend_set_error(c ? c->core : NULL, ulze_result((uint32_t)r), "ze backend: %s", buf);
+}
+
+/* UL_OK to keep waiting, else the error to return. */
+ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const char *what) {
+  int aborted = ze_aborted(c);
+  /* An abort is reported before a failed signal delivery. */
+  if (!aborted && c->async_err != ZE_RESULT_SUCCESS)
+    return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
+  return ulbu_wait_step(c->core, c->rank, aborted, t0, timeout_ms, what);
+}
+
+/* Publish *mine, then read every rank's slot into all[] (collective). */
+ul_result_t ze_allgather(ul_backend_comm_t *c, const ze_slot_t *mine, ze_slot_t *all,
+                         const char *what) {
+  return ulbu_board_allgather(&c->board, mine, all, sizeof(*mine), what);
+}
+
+
 /* Lists and cells with an undelivered signal seen so far in one ze_progress pass. */
 #define ZE_MAX_STALLED 32
 
