@@ -294,7 +294,7 @@ static void ul__registry_ensure(void) {
     ul__reg_loading = 1;
     for (size_t i = 0; ul__builtins[i] != NULL; i++)
       (void)ul__add_locked(ul__builtins[i], "built-in", NULL, NULL, NULL);
-    ul__load_plugins_locked();
+    ul__load_plugins_locked(ul__load_plugin_locked);
     ul__reg_loading = 0;
     atomic_store_explicit(&ul__reg_ready, 1, memory_order_release);
   }

@@ -43,7 +43,8 @@ typedef struct ul__dirset {
   int n;
 } ul__dirset_t;
 
-static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *seen) {
+static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *seen,
+                                ul_result_t (*load)(const char *path)) {
   char real[PATH_MAX];
   if (dir == NULL || dir[0] == '\0' || realpath(dir, real) == NULL) return;
   for (int i = 0; i < seen->n; i++)
@@ -57,13 +58,13 @@ static void ul__scan_dir_locked(const char *dir, const char *why, ul__dirset_t *
   for (int i = 0; i < n; i++) {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/%s", real, list[i]->d_name) < (int)sizeof path)
-      (void)ul__load_plugin_locked(path);
+      (void)load(path);
     free(list[i]);
   }
   free(list);
 }
 
-void ul__load_plugins_locked(void) {
+void ul__load_plugins_locked(ul_result_t (*load)(const char *path)) {
   ul__dirset_t *seen = calloc(1, sizeof *seen);
   if (seen == NULL) return;
   const char *pp = ul__param_get_str(UL__P_PLUGIN_PATH);
@@ -72,20 +73,21 @@ void ul__load_plugins_locked(void) {
     if (copy) {
       char *save = NULL;
       for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
-        ul__scan_dir_locked(d, "UNILINK_PLUGIN_PATH", seen);
+        ul__scan_dir_locked(d, "UNILINK_PLUGIN_PATH", seen, load);
       free(copy);
     }
   }
   Dl_info info;
-  if (dladdr((void *)&ul_backend_count, &info) && info.dli_fname && info.dli_fname[0]) {
+  /* this file is part of libunilink: its own address names the library's folder */
+  if (dladdr((void *)&ul__load_plugins_locked, &info) && info.dli_fname && info.dli_fname[0]) {
     char self[PATH_MAX];
     snprintf(self, sizeof self, "%s", info.dli_fname);
     char *slash = strrchr(self, '/');
     if (slash) {
       *slash = '\0';
-      ul__scan_dir_locked(self[0] ? self : "/", "folder of libunilink", seen);
+      ul__scan_dir_locked(self[0] ? self : "/", "folder of libunilink", seen, load);
     }
   }
-  ul__scan_dir_locked(UNILINK_INSTALL_LIBDIR, "install folder", seen);
+  ul__scan_dir_locked(UNILINK_INSTALL_LIBDIR, "install folder", seen, load);
   free(seen);
 }

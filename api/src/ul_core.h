@@ -151,7 +151,8 @@ UL__HIDDEN void ul__fill_missing_ops(ul_backend_ops_t *o, size_t declared);
 /* registry_plugins.c: ".../libunilink-foo.so" -> "foo"; load every plugin file found
  * (registry lock held). registry.c: load one plugin file (registry lock held). */
 UL__HIDDEN void ul__plugin_hint(const char *path, char *out, size_t len);
-UL__HIDDEN void ul__load_plugins_locked(void);
+/* load() is registry.c's ul__load_plugin_locked: passed in, so discovery sits below it */
+UL__HIDDEN void ul__load_plugins_locked(ul_result_t (*load)(const char *path));
 UL__HIDDEN ul_result_t ul__load_plugin_locked(const char *path);
 
 /* --------------------------------------------------------------- datatypes */
