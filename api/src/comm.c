@@ -611,8 +611,8 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   /* Idempotent: a second (racing) abort raises the flag and leaves the teardown to the
    * first; once that has freed the handle it is not live (UL_ERR_INVALID_ARG). */
   int claim = comm ? ul__comm_live_claim(comm, 1) : -1;
-  if (claim < 0)
-    return ul__comm_invalid(comm, "ul_comm_abort");
+  if (claim < 0) /* not live: the handle may be freed memory, so it is not read */
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_abort: comm is NULL or invalid");
   if (claim > 0) return UL_OK; /* not read: the first abort may have freed it */
   if (comm_init_join(comm)) {
     comm_free(comm);
