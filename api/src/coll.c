@@ -644,7 +644,8 @@ UL_API ul_result_t ul_group_end(void) {
       if (r != UL_OK && rc == UL_OK) rc = r;
     }
   for (int k = 0; k < nb && rc == UL_OK; k++)
-    if (streams[k] && streams[k] == comms[k]->nb_stream) rc = UL_IN_PROGRESS; /* nonblocking */
+    if (streams[k] && streams[k] == __atomic_load_n(&comms[k]->nb_stream, __ATOMIC_ACQUIRE))
+      rc = UL_IN_PROGRESS; /* nonblocking */
   free(tasks), free(streams), free(th);
   return rc;
 }
@@ -657,11 +658,15 @@ static pthread_mutex_t nb_stream_lock = PTHREAD_MUTEX_INITIALIZER;
 static ul_result_t nb_stream_of(ul_comm_t c, ul_stream_t *stream, int *queued) {
   *queued = 0;
   if (*stream || c->config.blocking) return UL_OK;
+  /* Published with one atomic store: ul_comm_get_async_error reads it from any thread. */
   pthread_mutex_lock(&nb_stream_lock);
-  ul_result_t rc = c->nb_stream ? UL_OK : ul_stream_create(c, &c->nb_stream);
+  ul_stream_t s = __atomic_load_n(&c->nb_stream, __ATOMIC_ACQUIRE);
+  ul_result_t rc = UL_OK;
+  if (!s && (rc = ul_stream_create(c, &s)) == UL_OK)
+    __atomic_store_n(&c->nb_stream, s, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&nb_stream_lock);
   UL_CHECK(rc);
-  *stream = c->nb_stream;
+  *stream = s;
   *queued = 1;
   return UL_OK;
 }

@@ -263,8 +263,9 @@ UL_API ul_result_t ul_comm_get_async_error(ul_comm_t comm, ul_result_t *async_er
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_get_async_error: async_error is NULL");
   ul_result_t st = (ul_result_t)__atomic_load_n(&comm->init_state, __ATOMIC_ACQUIRE);
   if (st == UL_OK) st = comm->sticky;
-  if (st == UL_OK && comm->nb_stream) {
-    ul_result_t q = ul_stream_query(comm->nb_stream);
+  ul_stream_t nb = __atomic_load_n(&comm->nb_stream, __ATOMIC_ACQUIRE);
+  if (st == UL_OK && nb) {
+    ul_result_t q = ul_stream_query(nb);
     if (q == UL_IN_PROGRESS || q != UL_OK) st = q;
   }
   *async_error = st;
