@@ -2,6 +2,7 @@
  * file, the entry and the field, so a user editing a topology finds the problem. */
 #include "ul_model.h"
 #include "model_err.h"
+#include "topology_shape.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -176,14 +177,107 @@ static int sim_catalog_get_str(const cJSON *obj, const char *field, int required
   return 0;
 }
 
+/* A bandwidth field in GB/s per direction: a number (GB/s), or a string whose unit is
+ * checked and converted ("25 GB/s", "200 Gb/s", "400Gbps", "1.8 TB/s"): bits and bytes
+ * are the usual mix-up in vendor figures, so a bare string without a unit is refused. */
+static int sim_catalog_get_gbps(const cJSON *obj, const char *field, double lo, double hi,
+                                double *out, int *given, const char *where, char *err,
+                                size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
+  *given = 0;
+  if (!v) return 0;
+  double x;
+  if (cJSON_IsNumber(v)) {
+    if (sim_catalog_get_num(obj, field, 1, lo, hi, &x, where, err, errlen)) return -1;
+  } else if (cJSON_IsString(v) && v->valuestring) {
+    char *end;
+    x = strtod(v->valuestring, &end);
+    while (*end == ' ') end++;
+    static const struct { const char *unit; double to_gbps; } units[] = {
+        {"GB/s", 1.0},     {"GBps", 1.0},  {"Gb/s", 0.125}, {"Gbps", 0.125},
+        {"Gbit/s", 0.125}, {"TB/s", 1e3},  {"Tb/s", 125.0}, {"Tbps", 125.0}};
+    double f = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+      if (!strcmp(end, units[i].unit)) f = units[i].to_gbps;
+    if (end == v->valuestring || !isfinite(x) || f == 0) {
+      ulsim__err(err, errlen,
+                 "%s: field \"%s\" = \"%s\": give GB/s per direction as a number, or a "
+                 "string with a unit (GB/s, Gb/s, TB/s, Tb/s)",
+                 where, field, v->valuestring);
+      return -1;
+    }
+    x *= f;
+    if (x < lo || x > hi) {
+      ulsim__err(err, errlen, "%s: field \"%s\" = %g GB/s is out of range [%g, %g]", where,
+                 field, x, lo, hi);
+      return -1;
+    }
+  } else {
+    ulsim__err(err, errlen, "%s: field \"%s\" must be a number (GB/s) or a string with a unit",
+               where, field);
+    return -1;
+  }
+  *out = x;
+  *given = 1;
+  return 0;
+}
+
+/* Figures a link entry may mark as assumed. */
+static const char *const sim_catalog_figures[] = {
+    "per_link_gbps", "line_gbps", "per_card_gbps", "links_per_card", "efficiency",
+    "latency_us",    "hop_us"};
+
+static int sim_catalog_get_assumed(const cJSON *o, char *out, size_t outlen, const char *sep,
+                                   const char *where, const char *const *allowed,
+                                   size_t nallowed, char *err, size_t errlen) {
+  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "assumed");
+  if (!a) return 0;
+  if (!cJSON_IsArray(a)) {
+    ulsim__err(err, errlen, "%s: field \"assumed\" must be an array of field names", where);
+    return -1;
+  }
+  out[0] = 0;
+  const cJSON *e;
+  int k = 0;
+  cJSON_ArrayForEach(e, a) {
+    int ok = cJSON_IsString(e) && e->valuestring && *e->valuestring;
+    for (size_t i = 0; ok && allowed && i < nallowed; i++)
+      if (!strcmp(e->valuestring, allowed[i])) break;
+      else if (i + 1 == nallowed) ok = 0;
+    if (!ok) {
+      ulsim__err(err, errlen, "%s: assumed[%d] must name one of the entry's figures%s%s%s", where,
+                 k, cJSON_IsString(e) ? " (got \"" : "", cJSON_IsString(e) ? e->valuestring : "",
+                 cJSON_IsString(e) ? "\")" : "");
+      return -1;
+    }
+    size_t len = strlen(out);
+    snprintf(out + len, outlen - len, "%s%s", len ? sep : "", e->valuestring);
+    k++;
+  }
+  return 0;
+}
+
+/* Largest single link of any kind in the catalog is NVLink-C2C (450 GB/s per direction):
+ * a per-link figure far above that is a per-card total or a bit rate in the wrong field. */
+#define SIM_CATALOG_MAX_LINK_GBPS 1000.0
+#define SIM_CATALOG_MAX_CARD_GBPS 20000.0
+
 /* Fields of a link object (catalog entries and inline/override objects). */
 static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required,
                                    const char *where, char *err, size_t errlen) {
+  double per_link = 0, line = 0, card = 0;
+  int g_link = 0, g_line = 0, g_card = 0;
   if (sim_catalog_get_str(o, "name", required, l->name, sizeof l->name, where, err, errlen) ||
       sim_catalog_get_str(o, "family", required, l->family, sizeof l->family, where, err,
                           errlen) ||
       sim_catalog_get_int(o, "generation", 0, 0, 100, &l->generation, where, err, errlen) ||
-      sim_catalog_get_num(o, "line_gbps", required, 1e-6, 1e6, &l->line_gbps, where, err,
+      sim_catalog_get_gbps(o, "per_link_gbps", 1e-6, SIM_CATALOG_MAX_LINK_GBPS, &per_link,
+                           &g_link, where, err, errlen) ||
+      sim_catalog_get_gbps(o, "line_gbps", 1e-6, SIM_CATALOG_MAX_LINK_GBPS, &line, &g_line,
+                           where, err, errlen) ||
+      sim_catalog_get_gbps(o, "per_card_gbps", 1e-6, SIM_CATALOG_MAX_CARD_GBPS, &card, &g_card,
+                           where, err, errlen) ||
+      sim_catalog_get_int(o, "links_per_card", 0, 1, 1 << 10, &l->links_per_card, where, err,
                           errlen) ||
       sim_catalog_get_num(o, "efficiency", required, 1e-3, 1.5, &l->efficiency, where, err,
                           errlen) ||
@@ -194,12 +288,78 @@ static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required
       sim_catalog_get_str(o, "confidence", 0, l->confidence, sizeof l->confidence, where, err,
                           errlen) ||
       sim_catalog_get_str(o, "source", required, l->source, sizeof l->source, where, err,
-                          errlen))
+                          errlen) ||
+      sim_catalog_get_assumed(o, l->assumed, sizeof l->assumed, ", ", where, sim_catalog_figures,
+                              sizeof sim_catalog_figures / sizeof sim_catalog_figures[0], err,
+                              errlen))
     return -1;
+  /* line_gbps is the older name of per_link_gbps: both may be given only if they agree */
+  if (g_link && g_line && fabs(per_link - line) > 1e-9 * per_link) {
+    ulsim__err(err, errlen,
+               "%s: fields \"per_link_gbps\" (%g) and \"line_gbps\" (%g) disagree: "
+               "line_gbps is the older name of per_link_gbps, give one",
+               where, per_link, line);
+    return -1;
+  }
+  if (g_line && !g_link) {
+    per_link = line;
+    g_link = 1;
+  }
+  if (g_card) {
+    l->card_gbps = card;
+    if (g_link) {
+      /* both: they must describe the same card */
+      if (!l->links_per_card) {
+        ulsim__err(err, errlen,
+                   "%s: per_link_gbps and per_card_gbps together need \"links_per_card\"",
+                   where);
+        return -1;
+      }
+      double want = per_link * l->links_per_card;
+      if (fabs(want - card) > 0.02 * card) {
+        ulsim__err(err, errlen,
+                   "%s: per_card_gbps %g GB/s is not per_link_gbps %g x links_per_card %d "
+                   "(= %g GB/s)",
+                   where, card, per_link, l->links_per_card, want);
+        return -1;
+      }
+      l->line_gbps = per_link;
+      l->per_card = 0;
+    } else if (l->links_per_card) {
+      l->line_gbps = card / l->links_per_card;
+      l->per_card = 0;
+    } else {
+      /* the split is unknown: the topology divides it over the links a GPU uses; until
+       * then one aggregate port */
+      l->line_gbps = card;
+      l->per_card = 1;
+    }
+  } else if (g_link) {
+    l->line_gbps = per_link;
+    l->per_card = 0;
+    if (l->card_gbps > 0 && !l->links_per_card) l->card_gbps = 0; /* override of a per-card link */
+    else if (l->links_per_card) l->card_gbps = per_link * l->links_per_card;
+  } else if (required) {
+    ulsim__err(err, errlen,
+               "%s: missing bandwidth: give \"per_link_gbps\" (one link, per direction) or "
+               "\"per_card_gbps\" (the card's total over its links, per direction)",
+               where);
+    return -1;
+  }
+  if (l->links_per_card && !l->card_gbps) l->card_gbps = l->line_gbps * l->links_per_card;
   if (l->confidence[0] && strcmp(l->confidence, "high") && strcmp(l->confidence, "medium") &&
       strcmp(l->confidence, "low")) {
     ulsim__err(err, errlen, "%s: field \"confidence\" must be high, medium or low (got \"%s\")",
                     where, l->confidence);
+    return -1;
+  }
+  /* an assumed bandwidth cannot rest on a high-confidence claim */
+  if (!strcmp(l->confidence, "high") &&
+      (strstr(l->assumed, "gbps") || strstr(l->assumed, "efficiency"))) {
+    ulsim__err(err, errlen,
+               "%s: confidence \"high\" but its bandwidth is marked assumed (%s): use medium "
+               "or low",
+               where, l->assumed);
     return -1;
   }
   const cJSON *hop = cJSON_GetObjectItemCaseSensitive(o, "hop_us");
@@ -356,6 +516,11 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
       sim_catalog_get_int(root, "calibrated", 0, 0, 1, &tmp.calibrated, where, err, errlen))
     goto out;
   snprintf(where, sizeof where, "%s (topology \"%s\")", origin, tmp.name);
+  int rpn = 0;
+  if (sim_catalog_get_int(root, "ranks_per_node", 0, 1, 1 << 20, &rpn, where, err, errlen) ||
+      sim_catalog_get_assumed(root, tmp.assumed, sizeof tmp.assumed, "; ", where, NULL, 0, err,
+                              errlen))
+    goto out;
   const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "sources");
   if (src) {
     if (!cJSON_IsArray(src)) {
@@ -452,6 +617,11 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
                     tmp.nodes);
     goto out;
   }
+  tmp.node_gpus = tmp.gpus_per_node;
+  tmp.node_nics = tmp.nics_per_node;
+  if (ulsim__split_card(&tmp, wi, err, errlen) ||
+      ulsim__place(&tmp, rpn, where, err, errlen))
+    goto out;
   snprintf(tmp.origin, sizeof tmp.origin, "%s", origin);
   *t = tmp;
   rc = UL_OK;
@@ -555,64 +725,4 @@ int ulsim_topology_list(char names[][ULSIM_NAME_MAX], int max, char *err, size_t
   closedir(d);
   qsort(names, (size_t)n, ULSIM_NAME_MAX, sim_catalog_cmp_names);
   return n;
-}
-
-static cJSON *sim_catalog_link_json(const ulsim_link_t *l) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "name", l->name);
-  cJSON_AddStringToObject(o, "family", l->family);
-  cJSON_AddNumberToObject(o, "generation", l->generation);
-  cJSON_AddNumberToObject(o, "line_gbps", l->line_gbps);
-  cJSON_AddNumberToObject(o, "efficiency", l->efficiency);
-  cJSON_AddNumberToObject(o, "latency_us", l->latency_us);
-  cJSON_AddItemToObject(o, "hop_us", cJSON_CreateDoubleArray(l->hop_us, ULSIM_NPROTO));
-  if (l->confidence[0]) cJSON_AddStringToObject(o, "confidence", l->confidence);
-  cJSON_AddStringToObject(o, "source", l->source[0] ? l->source : "unknown");
-  return o;
-}
-
-ul_result_t ulsim_topology_write(const ulsim_topology_t *t, FILE *f) {
-  if (!t || !f) return UL_ERR_INVALID_ARG;
-  cJSON *r = cJSON_CreateObject();
-  cJSON_AddStringToObject(r, "format", "unilink-topology/1");
-  cJSON_AddStringToObject(r, "name", t->name);
-  cJSON_AddStringToObject(r, "description", t->description);
-  cJSON *src = cJSON_AddArrayToObject(r, "sources");
-  /* sources were joined with "; " when read: split them back */
-  char buf[sizeof t->sources];
-  snprintf(buf, sizeof buf, "%s", t->sources);
-  for (char *s = buf, *next; s && *s; s = next) {
-    next = strstr(s, "; ");
-    if (next) {
-      *next = 0;
-      next += 2;
-    }
-    cJSON_AddItemToArray(src, cJSON_CreateString(s));
-  }
-  cJSON_AddNumberToObject(r, "gpus_per_node", t->gpus_per_node);
-  cJSON_AddNumberToObject(r, "nodes", t->nodes);
-  if (t->calibrated) cJSON_AddNumberToObject(r, "calibrated", 1);
-  cJSON *in = cJSON_AddObjectToObject(r, "intra");
-  static const char *shapes[] = {"switch", "mesh", "bus"};
-  cJSON_AddStringToObject(in, "shape", shapes[t->shape]);
-  cJSON_AddItemToObject(in, "link", sim_catalog_link_json(&t->intra));
-  cJSON_AddNumberToObject(in, "links_per_gpu", t->links_per_gpu);
-  cJSON_AddNumberToObject(in, "links_per_peer", t->links_per_peer);
-  if (t->bus_gbps > 0) cJSON_AddNumberToObject(in, "bus_gbps", t->bus_gbps);
-  if (t->has_switch) cJSON_AddItemToObject(in, "switch", sim_catalog_link_json(&t->sw));
-  if (t->has_nvls) cJSON_AddItemToObject(in, "nvls", sim_catalog_link_json(&t->nvls));
-  if (t->has_inter) {
-    cJSON *x = cJSON_AddObjectToObject(r, "inter");
-    cJSON_AddItemToObject(x, "link", sim_catalog_link_json(&t->inter));
-    cJSON_AddNumberToObject(x, "nics_per_node", t->nics_per_node);
-  }
-  cJSON *tu = cJSON_AddObjectToObject(r, "tuning");
-  cJSON_AddNumberToObject(tu, "launch_us", t->launch_us);
-  cJSON_AddNumberToObject(tu, "pipeline_bytes", t->pipeline_bytes);
-  char *text = cJSON_Print(r);
-  cJSON_Delete(r);
-  if (!text) return UL_ERR_NO_MEMORY;
-  int ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-  cJSON_free(text);
-  return ok ? UL_OK : UL_ERR_SYSTEM;
 }

@@ -5,6 +5,9 @@
 set(UNILINK_MODEL_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(UNILINK_MODEL_SOURCES
   ${UNILINK_MODEL_DIR}/catalog.c
+  ${UNILINK_MODEL_DIR}/topology_shape.c
+  ${UNILINK_MODEL_DIR}/topology_params.c
+  ${UNILINK_MODEL_DIR}/topology_write.c
   ${UNILINK_MODEL_DIR}/cost.c
   ${UNILINK_MODEL_DIR}/tuner.c
   ${UNILINK_MODEL_DIR}/train.c)

@@ -24,7 +24,14 @@ typedef struct ulsim_link {
   char name[ULSIM_NAME_MAX];
   char family[32];
   int generation;
-  double line_gbps;         /* line rate per link per direction, GB/s */
+  double line_gbps;         /* line rate per link per direction, GB/s (file: per_link_gbps,
+                             * or the older line_gbps; derived when only per_card_gbps) */
+  double card_gbps;         /* per card per direction over all its links of this kind, GB/s
+                             * (file: per_card_gbps); 0 = not published per card */
+  int links_per_card;       /* links the per-card figure spans (0 = not given) */
+  int per_card;             /* 1: published per card only: a topology divides card_gbps over
+                             * the links a GPU uses (a mesh does not multiply it by peers) */
+  char assumed[128];        /* figures marked assumed (no source), ", "-joined field names */
   double efficiency;        /* achievable / line under collectives */
   double latency_us;        /* one-way latency of one hop */
   double hop_us[ULSIM_NPROTO]; /* per-hop collective latency by protocol */
@@ -69,7 +76,31 @@ typedef struct ulsim_topology {
   double launch_us;      /* fixed per-call overhead (launch + host sync) */
   double pipeline_bytes; /* bytes in flight per ring step at full pipeline */
   int calibrated;        /* 1 if written by `unilink-model calibrate` */
+  /* gpus_per_node above is what the cost model and the sim backend place per node (the
+   * ranks per node); node_gpus/node_nics are the node as built (0: same as placed). */
+  int node_gpus;         /* GPUs in one node */
+  int node_nics;         /* NICs in one node (nics_per_node: those the placed ranks use) */
+  char assumed[512];     /* topology figures marked assumed, "; "-joined */
 } ulsim_topology_t;
+
+/* Parameters of a topology over a preset's defaults (0 / "" = keep the preset's). */
+typedef struct ulsim_topo_params {
+  int gpus_per_node;     /* GPUs in one node */
+  int ranks_per_node;    /* ranks on each node, <= GPUs (0: one per GPU) */
+  int nodes;
+  int nics;              /* NICs per node (0: preset's, scaled with gpus_per_node) */
+  double nic_gbps;       /* GB/s per NIC per direction (0: the NIC kind's) */
+  char nic_kind[ULSIM_NAME_MAX]; /* catalog link name or family: ib, roce, efa, slingshot, tcpxo */
+  int nvlink_links;      /* scale-up links per GPU (A800/H800: 8) */
+} ulsim_topo_params_t;
+
+/* Parse "COUNTxSPEED[:KIND]" (SPEED in Gb/s, G/Gb/Gbps suffix optional; e.g. 4x400G,
+ * 32x100G:efa, 1x400G:ib-ndr) into p->nics, p->nic_gbps, p->nic_kind. */
+ul_result_t ulsim_parse_nics(const char *text, ulsim_topo_params_t *p, char *err, size_t errlen);
+/* Apply @p p to @p t (a loaded preset). On error @p t is unchanged and err holds a
+ * sentence naming the parameter. Changed figures without a source are marked assumed. */
+ul_result_t ulsim_topology_apply(ulsim_topology_t *t, const ulsim_topo_params_t *p,
+                                 const ulsim_catalog_t *cat, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ data files */
 /* Folder with links.json and topologies/: $UNILINK_DATA_DIR, then the source tree

@@ -21,8 +21,11 @@ int model_usage(FILE *f) {
           "  links                               the link catalog, with sources\n"
           "  topologies                          topology presets, with sources\n"
           "  collective <coll> --topology T (--bytes B | -b MIN -e MAX [-f F]) [--ranks N]\n"
-          "             [--algo a,b (forced diagnostic)] [--gpus-per-node G] [--nics 4x400G]\n"
-          "             [--explain] [--json]         modeled time, algbw, busbw, candidates\n"
+          "             [--algo a,b (forced diagnostic)] [--explain] [--json]\n"
+          "                                      modeled time, algbw, busbw, candidates\n"
+          "  topology parameters (collective, train): [--gpus-per-node G] [--ranks-per-node R]\n"
+          "             [--nodes N] [--nics COUNTxSPEED[:KIND], e.g. 4x400G, 32x100G:efa]\n"
+          "             [--nic-kind ib|roce|efa|slingshot|tcpxo|<link>] [--nvlink-links L]\n"
           "  train --params N --gpus G --topology T --tokens-per-gpu K --gpu-tflops F --mfu M\n"
           "        [--zero 0..3] [--bucket 25MB|all] [--overlap 0..1 (default: derived)]\n"
           "        [--grad-bytes 2] [--gpu-mem GB] [--tp N] [--pp N] [--json]\n"
@@ -83,57 +86,64 @@ static int model_size(const char *text, const char *what, double *out) {
   return 0;
 }
 
-int model_load_topo(const char *spec, ulsim_topology_t *t) {
-  char err[1024];
-  if (ulsim_topology_load(spec, &g_cat, t, err, sizeof err) != UL_OK) {
-    fprintf(stderr, "unilink-model: %s\n", err);
+/* Topology parameters of collective and train (0 = the preset's), applied by
+ * model_load_topo to every topology those commands load. */
+static ulsim_topo_params_t g_topo_params;
+static int g_topo_params_set;
+
+static int model_whole(const char *s, const char *what, int lo, int hi, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "unilink-model: %s '%s': a whole number %d..%d\n", what, s, lo, hi);
     return -1;
   }
+  *out = (int)v;
   return 0;
 }
 
-/* --gpus-per-node G and --nics COUNTxSPEED (e.g. 4x400G, Gb/s) on top of a preset. The
- * NIC kind stays the preset's; its line rate becomes SPEED/8 GB/s (marked assumed when
- * no catalog link of that family has that rate). */
-static int model_topo_overrides(int argc, char **argv, ulsim_topology_t *t) {
+/* --gpus-per-node G, --ranks-per-node R, --nodes N, --nics COUNTxSPEED[:KIND] (--nic-kind
+ * KIND), --nvlink-links L over a preset. Returns -1 after printing a sentence. */
+static int model_topo_params(int argc, char **argv) {
+  ulsim_topo_params_t p;
+  memset(&p, 0, sizeof p);
   const char *s;
-  if ((s = model_opt(argc, argv, "--gpus-per-node", NULL))) {
-    char *end;
-    long g = strtol(s, &end, 10);
-    if (*end || g < 1 || g > 4096) {
-      fprintf(stderr, "unilink-model: --gpus-per-node '%s': a whole number 1..4096\n", s);
-      return -1;
-    }
-    t->gpus_per_node = (int)g;
+  char err[512];
+  if ((s = model_opt(argc, argv, "--gpus-per-node", NULL)) &&
+      model_whole(s, "--gpus-per-node", 1, 4096, &p.gpus_per_node))
+    return -1;
+  if ((s = model_opt(argc, argv, "--ranks-per-node", NULL)) &&
+      model_whole(s, "--ranks-per-node", 1, 4096, &p.ranks_per_node))
+    return -1;
+  if ((s = model_opt(argc, argv, "--nodes", NULL)) &&
+      model_whole(s, "--nodes", 1, 1 << 20, &p.nodes))
+    return -1;
+  if ((s = model_opt(argc, argv, "--nvlink-links", NULL)) &&
+      model_whole(s, "--nvlink-links", 1, 1024, &p.nvlink_links))
+    return -1;
+  if ((s = model_opt(argc, argv, "--nics", NULL)) && ulsim_parse_nics(s, &p, err, sizeof err)) {
+    fprintf(stderr, "unilink-model: %s\n", err);
+    return -1;
   }
-  if ((s = model_opt(argc, argv, "--nics", NULL))) {
-    int cnt;
-    double gbit;
-    char unit[8] = "";
-    if (sscanf(s, "%dx%lf%7s", &cnt, &gbit, unit) < 2 || cnt < 1 || cnt > 4096 || !(gbit > 0) ||
-        (unit[0] && strcmp(unit, "G") && strcmp(unit, "Gb"))) {
-      fprintf(stderr, "unilink-model: --nics '%s': COUNTxSPEED in Gb/s, e.g. 4x400G\n", s);
+  if ((s = model_opt(argc, argv, "--nic-kind", NULL))) {
+    if (!*s || strlen(s) >= sizeof p.nic_kind) {
+      fprintf(stderr, "unilink-model: --nic-kind '%s': a NIC kind (ib, roce, efa, slingshot, "
+                      "tcpxo) or a catalog NIC name\n", s);
       return -1;
     }
-    if (!t->has_inter) {
-      fprintf(stderr, "unilink-model: --nics: topology %s has no scale-out fabric\n", t->name);
-      return -1;
-    }
-    t->nics_per_node = cnt;
-    double gbps = gbit / 8.0;
-    const ulsim_link_t *hit = NULL;
-    for (int i = 0; i < g_cat.nlinks; i++)
-      if (!strcmp(g_cat.links[i].family, t->inter.family) &&
-          fabs(g_cat.links[i].line_gbps - gbps) < 1e-9)
-        hit = &g_cat.links[i];
-    if (hit) t->inter = *hit;
-    else {
-      t->inter.line_gbps = gbps;
-      snprintf(t->inter.confidence, sizeof t->inter.confidence, "low");
-      snprintf(t->inter.source, sizeof t->inter.source,
-               "assumed: %s efficiency applied to a %g Gb/s NIC given on the command line",
-               t->inter.name, gbit);
-    }
+    snprintf(p.nic_kind, sizeof p.nic_kind, "%s", s);
+  }
+  g_topo_params = p;
+  g_topo_params_set = 1;
+  return 0;
+}
+
+int model_load_topo(const char *spec, ulsim_topology_t *t) {
+  char err[1024];
+  if (ulsim_topology_load(spec, &g_cat, t, err, sizeof err) != UL_OK ||
+      (g_topo_params_set && ulsim_topology_apply(t, &g_topo_params, &g_cat, err, sizeof err) != UL_OK)) {
+    fprintf(stderr, "unilink-model: %s\n", err);
+    return -1;
   }
   return 0;
 }
@@ -193,6 +203,16 @@ static int model_cmd_links(void) {
     printf("%-16s %-11s %3d %9.2f %6.3f %9.2f %8.2f %-6s  %s\n", l->name, l->family,
            l->generation, l->line_gbps, l->efficiency, l->line_gbps * l->efficiency,
            l->latency_us, l->confidence, l->source);
+    if (l->card_gbps > 0 || l->assumed[0]) {
+      char card[96] = "";
+      if (l->per_card)
+        snprintf(card, sizeof card, "per card %.2f GB/s (split over the links a topology uses) ",
+                 l->card_gbps);
+      else if (l->card_gbps > 0)
+        snprintf(card, sizeof card, "per card %.2f GB/s = %d links x %.2f ", l->card_gbps,
+                 l->links_per_card, l->line_gbps);
+      printf("%-16s   %s%s%s\n", "", card, l->assumed[0] ? "assumed: " : "", l->assumed);
+    }
   }
   return 0;
 }
@@ -204,7 +224,7 @@ static int model_cmd_topologies(void) {
     fprintf(stderr, "unilink-model: no topologies: %s\n", err);
     return 1;
   }
-  printf("%-15s %5s %-34s %-16s %9s %9s  %s\n", "name", "GPUs", "scale-up", "scale-out",
+  printf("%-22s %5s %-34s %-18s %9s %9s  %s\n", "name", "GPUs", "scale-up", "scale-out",
          "ring GB/s", "NIC GB/s", "description");
   for (int i = 0; i < n; i++) {
     ulsim_topology_t t;
@@ -217,10 +237,11 @@ static int model_cmd_topologies(void) {
              t.shape == ULSIM_SHAPE_MESH ? t.links_per_peer : t.links_per_gpu, shapes[t.shape],
              t.has_nvls ? " +NVLS" : "");
     if (t.has_inter) snprintf(out, sizeof out, "%d x %s", t.nics_per_node, t.inter.name);
-    printf("%-15s %5d %-34s %-16s %9.1f %9.1f  %s\n", t.name, t.gpus_per_node * t.nodes, up, out,
+    printf("%-22s %5d %-34s %-18s %9.1f %9.1f  %s\n", t.name, t.gpus_per_node * t.nodes, up, out,
            bw.ring, t.has_inter ? t.nics_per_node * t.inter.line_gbps * t.inter.efficiency : 0,
            t.description);
-    printf("%-15s       sources: %s\n", "", t.sources[0] ? t.sources : "(none given)");
+    printf("%-22s       sources: %s\n", "", t.sources[0] ? t.sources : "(none given)");
+    if (t.assumed[0]) printf("%-22s       assumed: %s\n", "", t.assumed);
   }
   printf("# <preset>x<N>: N nodes of a preset over its NICs (e.g. dgx-h100x8)\n");
   return 0;
@@ -238,7 +259,8 @@ static int model_cmd_collective(int argc, char **argv) {
   const char *tspec = model_opt(argc, argv, "--topology", "-t");
   if (!tspec) tspec = "dgx-h100";
   ulsim_topology_t t;
-  if (model_load_topo(tspec, &t) || model_topo_overrides(argc, argv, &t)) return 1;
+  if (model_topo_params(argc, argv)) return 2;
+  if (model_load_topo(tspec, &t)) return 1;
   int json = 0, explain = 0;
   for (int i = 0; i < argc; i++) {
     json |= !strcmp(argv[i], "--json");
@@ -271,10 +293,22 @@ static int model_cmd_collective(int argc, char **argv) {
     }
   }
   char err[1024], prov[2000];
-  if (!json)
-    printf("# modeled (no data moved): %s on %s, %d ranks (%d GPUs/node, %d NICs/node)%s%s\n",
-           model_coll_names[coll], t.name, (int)ranks, t.gpus_per_node, t.nics_per_node,
+  if (!json) {
+    printf("# modeled (no data moved): %s on %s, %d ranks (%d ranks/node on %d GPUs/node, %d "
+           "nodes, %d NICs/node used of %d: %.1f GB/s)%s%s\n",
+           model_coll_names[coll], t.name, (int)ranks, t.gpus_per_node,
+           t.node_gpus ? t.node_gpus : t.gpus_per_node,
+           ((int)ranks + t.gpus_per_node - 1) / t.gpus_per_node, t.nics_per_node,
+           t.node_nics ? t.node_nics : t.nics_per_node,
+           t.has_inter ? t.nics_per_node * t.inter.line_gbps * t.inter.efficiency : 0.0,
            algo ? ", FORCED algorithms " : "", algo ? algo : "");
+    printf("# node: %s x%d %s, %s\n", t.intra.name,
+           t.shape == ULSIM_SHAPE_MESH ? t.links_per_peer : t.links_per_gpu,
+           t.shape == ULSIM_SHAPE_MESH ? "links/peer (mesh)"
+                                       : t.shape == ULSIM_SHAPE_BUS ? "(PCIe bus)" : "links/GPU (switch)",
+           t.description);
+    if (t.assumed[0]) printf("# assumed: %s\n", t.assumed);
+  }
   if (minb == maxb) {
     ulsim_cost_t c;
     if (ulsim_cost(&t, coll, minb, (int)ranks, algo, &c, err, sizeof err) != UL_OK) {
@@ -469,7 +503,7 @@ static int model_train_plot(const model_train_opts_t *o, const char *path) {
 
 static int model_cmd_train(int argc, char **argv) {
   model_train_opts_t o;
-  if (model_train_parse(argc, argv, &o)) return 2;
+  if (model_train_parse(argc, argv, &o) || model_topo_params(argc, argv)) return 2;
   const ulsim_train_in_t *in = &o.in;
   char bucket_txt[48];
   if (in->bucket_bytes > 0) snprintf(bucket_txt, sizeof bucket_txt, "%g MiB", in->bucket_bytes / 1048576.0);
@@ -547,6 +581,11 @@ static int model_cmd_train(int argc, char **argv) {
     printf("%-16s %10.3f %8d %11.3f %-10s %9.1f %11.4f %11.4f %10.4f %8.2f\n", t.name,
            out.compute_s, out.nbuckets, out.bucket_us / 1e3, out.algorithm, out.busbw_gbps,
            out.comm_s, out.exposed_s, out.step_s, out.efficiency * 100);
+    if (g_topo_params_set && strstr(t.description, "[given:"))
+      printf("%-16s   node: %d ranks/node on %d GPUs/node, %d of %d x %s NICs; %s\n", "",
+             t.gpus_per_node, t.node_gpus ? t.node_gpus : t.gpus_per_node, t.nics_per_node,
+             t.node_nics ? t.node_nics : t.nics_per_node, t.has_inter ? t.inter.name : "-",
+             strstr(t.description, "[given:"));
     printf("%-16s   memory %.1f GB/GPU (ZeRO-%d, dp %d), overlap %.0f%%, confidence %s%s\n", "",
            out.mem_gb, in->zero, out.dp, out.overlap_used * 100, out.confidence,
            !strcmp(out.confidence, "low") ? "\nWARNING: low confidence: rests on a single vendor "
