@@ -80,6 +80,18 @@ Test(sim_backend, topology_is_modeled, .timeout = 30) {
   cr_assert_eq(links[0].source, UL_SOURCE_MODELED);
   cr_assert_float_eq(links[0].bandwidth_gbps, 64.0, 1e-9);
   cr_assert(strstr(links[0].description, "xgmi-mi300x x1"), "%s", links[0].description);
+  cr_assert(strstr(links[0].description, "confidence high"), "%s", links[0].description);
+  for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);
+}
+
+/* A link that rests on one unverified vendor claim says so in the API's link query. */
+Test(sim_backend, topology_names_low_confidence, .timeout = 30) {
+  ul_comm_t comms[N];
+  init_all(comms, "sim:ascend910b-8");
+  ul_link_info_t links[N];
+  cr_assert_eq(ul_comm_topology(comms[0], links, N), UL_OK);
+  cr_assert(strstr(links[1].description, "hccs-910b"), "%s", links[1].description);
+  cr_assert(strstr(links[1].description, "confidence low"), "%s", links[1].description);
   for (int i = 0; i < N; i++) ul_comm_destroy(comms[i]);
 }
 

@@ -475,8 +475,10 @@ static ul_result_t sim_backend_comm_topology(ul_backend_comm_t *c, int peer, ul_
   out->lanes = l->lanes ? l->lanes * count : count;
   out->bandwidth_gbps = l->line_gbps * count;
   out->latency_us = l->latency_us;
-  snprintf(out->description, sizeof out->description, "%.24s x%d (modeled, %.40s)", l->name, count,
-           t->name);
+  /* The confidence travels with the figure: a user reading a modeled HCCS or MLU-Link
+   * number must see that it rests on one unverified vendor claim. */
+  snprintf(out->description, sizeof out->description, "%.20s x%d (modeled, %.28s, confidence %.6s)",
+           l->name, count, t->name, l->confidence[0] ? l->confidence : "?");
   return UL_OK;
 }
 
