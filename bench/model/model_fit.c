@@ -7,32 +7,13 @@
 #include <string.h>
 
 #include "model_cli.h"
+#include "model_fit.h"
 
 /* ------------------------------------------------------------------ calibrate */
 
 typedef struct model_point {
   double size, time_us, busbw;
 } model_point_t;
-
-static char *model_read(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (n < 0 || n > (64L << 20)) {
-    fclose(f);
-    return NULL;
-  }
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = 0;
-  fclose(f);
-  return b;
-}
 
 static double model_calib_error(const ulsim_topology_t *t, ul_coll_t coll, int ranks,
                                 const model_point_t *pts, int n) {
@@ -45,6 +26,62 @@ static double model_calib_error(const ulsim_topology_t *t, ul_coll_t coll, int r
     e += r * r;
   }
   return e;
+}
+
+/* The measured collective. nccl-tests -J output (src/util.cu) has no collective field:
+ * args[0] names the test binary (all_reduce_perf, ...). unilink-bench's -J output has the
+ * same shape with args[0] = unilink-bench, the collective as a positional argument and
+ * in config.operation. */
+static int model_calib_coll(const cJSON *root, ul_coll_t *coll, char *why, size_t n) {
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
+  const cJSON *a0 = cJSON_IsArray(args) ? cJSON_GetArrayItem(args, 0) : NULL;
+  if (!cJSON_IsString(a0)) {
+    snprintf(why, n, "no \"args\" list naming the benchmark (nccl-tests >= 2.17 or "
+                     "unilink-bench -J output expected)");
+    return -1;
+  }
+  const char *b = strrchr(a0->valuestring, '/');
+  b = b ? b + 1 : a0->valuestring;
+  char nm[64];
+  snprintf(nm, sizeof nm, "%s", b);
+  char *suf = strstr(nm, "_perf");
+  if (suf) *suf = 0;
+  if (suf && !model_coll_parse(nm, coll)) return 0;
+  if (!strcmp(nm, "unilink-bench")) {
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(cfg, "operation");
+    if (cJSON_IsString(op) && !model_coll_parse(op->valuestring, coll)) return 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, args) {
+      if (x != a0 && cJSON_IsString(x) && !model_coll_parse(x->valuestring, coll)) return 0;
+    }
+    snprintf(why, n, "unilink-bench run without a collective in config.operation or its args");
+    return -1;
+  }
+  snprintf(why, n, "binary '%.60s' is neither an nccl-tests collective (all_reduce_perf, "
+                   "all_gather_perf, ...) nor unilink-bench", b);
+  return -1;
+}
+
+static int model_json_int(const cJSON *o, const char *key, int dflt) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) && v->valueint > 0 ? v->valueint : dflt;
+}
+
+/* Ranks of the run: unilink-bench's config.ranks; else nccl-tests 2.19's config.devices,
+ * one entry per process (util.cu keeps each process's first "Using devices" line), each
+ * process running nthreads x ngpus ranks; else a top-level "devices" list, one per rank
+ * (files of older versions). 0 when none says. */
+static int model_calib_ranks(const cJSON *root) {
+  const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+  int r = model_json_int(cfg, "ranks", 0);
+  if (r) return r;
+  const cJSON *devs = cJSON_GetObjectItemCaseSensitive(cfg, "devices");
+  if (cJSON_IsArray(devs) && cJSON_GetArraySize(devs) > 0)
+    return cJSON_GetArraySize(devs) * model_json_int(cfg, "nthreads", 1) *
+           model_json_int(cfg, "ngpus", 1);
+  devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
+  return cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
 }
 
 int model_cmd_calibrate(int argc, char **argv) {
@@ -69,36 +106,17 @@ int model_cmd_calibrate(int argc, char **argv) {
     return 1;
   }
   int rc = 1;
-  /* nccl-tests 2.19 -J output (src/util.cu, JSON_FILE_VERSION 3): "args" is argv, whose
-   * first entry names the test binary (all_reduce_perf ...); "devices" lists the ranks;
-   * "results"[].out_of_place.time is in microseconds. There is no collective field. */
-  const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");
-  const cJSON *argv0 = cJSON_IsArray(args) ? cJSON_GetArrayItem(args, 0) : NULL;
-  const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
   const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "results");
   const char *want_s = model_opt(argc, argv, "--collective", "-c");
   ul_coll_t want = UL_COLL_ALLREDUCE, coll;
+  char why[512];
   if (want_s && model_coll_parse(want_s, &want)) {
     fprintf(stderr, "unilink-model: --collective '%s' is not a collective\n", want_s);
     goto out;
   }
-  if (!cJSON_IsString(argv0)) {
-    fprintf(stderr, "unilink-model: %s: no \"args\" list naming the nccl-tests binary (nccl-tests "
-                    ">= 2.17 -J output expected)\n", path);
+  if (model_calib_coll(root, &coll, why, sizeof why)) {
+    fprintf(stderr, "unilink-model: %s: %s\n", path, why);
     goto out;
-  }
-  {
-    const char *b = strrchr(argv0->valuestring, '/');
-    b = b ? b + 1 : argv0->valuestring;
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s", b);
-    char *suf = strstr(nm, "_perf");
-    if (suf) *suf = 0;
-    if (model_coll_parse(nm, &coll)) {
-      fprintf(stderr, "unilink-model: %s: binary '%s' is not a known nccl-tests collective\n",
-              path, b);
-      goto out;
-    }
   }
   if (coll != want) {
     fprintf(stderr, "unilink-model: %s: measured %s, but calibrating %s: refusing (give "
@@ -106,17 +124,26 @@ int model_cmd_calibrate(int argc, char **argv) {
             model_coll_names[coll], model_coll_names[want], model_coll_names[coll]);
     goto out;
   }
-  int ranks = cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
+  int ranks = model_calib_ranks(root);
   const char *s = model_opt(argc, argv, "--ranks", NULL);
-  if (s) ranks = atoi(s);
+  if (s && model_whole(s, "--ranks", 2, 1 << 24, &ranks)) goto out;
   if (ranks < 2) {
-    fprintf(stderr, "unilink-model: %s: rank count unknown (devices[]); give --ranks\n", path);
+    fprintf(stderr, "unilink-model: %s: rank count unknown (no config.ranks, config.devices or "
+                    "devices); give --ranks\n", path);
     goto out;
   }
   if (!cJSON_IsArray(res) || cJSON_GetArraySize(res) == 0) {
     fprintf(stderr, "unilink-model: %s: no \"results\" array (nccl-tests -J v3 shape expected)\n",
             path);
     goto out;
+  }
+  /* unilink-bench side by side writes one results list with a "backend" per entry: fit
+   * one backend, --backend or the file's first */
+  const char *backend = model_opt(argc, argv, "--backend", NULL);
+  if (!backend) {
+    const cJSON *first = cJSON_GetArrayItem(res, 0);
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(first, "backend");
+    backend = cJSON_IsString(fb) ? fb->valuestring : NULL;
   }
   model_point_t pts[256];
   int n = 0;
@@ -125,6 +152,8 @@ int model_cmd_calibrate(int argc, char **argv) {
     const cJSON *sz = cJSON_GetObjectItemCaseSensitive(r, "size");
     const cJSON *oop = cJSON_GetObjectItemCaseSensitive(r, "out_of_place");
     const cJSON *tm = cJSON_IsObject(oop) ? cJSON_GetObjectItemCaseSensitive(oop, "time") : NULL;
+    const cJSON *rb = cJSON_GetObjectItemCaseSensitive(r, "backend");
+    if (backend && cJSON_IsString(rb) && strcmp(rb->valuestring, backend)) continue;
     if (!cJSON_IsNumber(sz) || !cJSON_IsNumber(tm) || tm->valuedouble <= 0 || n >= 256) continue;
     pts[n].size = sz->valuedouble;
     pts[n].time_us = tm->valuedouble;
