@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_membw.h"
 #include "bench_ops.h"
 #include "bench_util.h"
 #include "unilink/unilink.h"
@@ -132,8 +133,6 @@ void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...);
 
 /* main sweep */
 int bench_run_sweep(bench_run_t *r);
-/* memory bandwidth (read+write GB/s) of a 2-thread copy of 256 MiB buffers */
-double bench_measure_membw(void);
 /* p2p matrices */
 int bench_p2p_main(const bench_opts_t *o);
 /* JSON and plot */

@@ -130,8 +130,8 @@ void bench_print_block_start(const bench_run_t *r) {
   printf("# Backend: %s (%s%s)\n", r->backend, r->info.plugin ? "plugin " : "built-in",
          r->modeled ? ", modeled time: not a measurement" : "");
   if (r->membw > 0)
-    printf("# Memory bandwidth: %.1f GB/s (read+write, 2-thread copy of 256 MiB); "
-           "%%roof below: docs/bench.md\n", r->membw);
+    printf("# Memory bandwidth: %.1f GB/s (" BENCH_MEMBW_METHOD "); %%roof below: docs/bench.md\n",
+           r->membw);
 }
 
 void bench_print_header(const bench_run_t *r) {
