@@ -7,6 +7,12 @@
 
 #include "ul_core.h"
 
+/* A stream the user destroyed while work was still queued on it: the handle is no longer
+ * valid for the user, the worker finishes the queue in the background (as
+ * cudaStreamDestroy lets a device finish), and the communicator frees it once the queue
+ * has drained (next stream create/destroy) or at its own teardown. */
+#define UL__STREAM_DETACHED 0x756c6474U
+
 static void stream_link(ul_comm_t comm, ul_stream_t s) {
   pthread_mutex_lock((pthread_mutex_t *)comm->lock);
   s->next = comm->streams;
@@ -39,15 +45,46 @@ static ul_result_t stream_release(ul_stream_t stream) {
   return rc;
 }
 
+/* Teardown of the communicator (destroy, abort): every queue is released. A stream the
+ * user still holds becomes an orphan (its ul_stream_destroy frees it); one the user has
+ * destroyed already is freed here. The compare-and-swap decides which side frees. */
 void ul__streams_release_all(ul_comm_t comm) {
   ul_stream_t s = comm->streams;
   comm->streams = NULL;
   while (s) {
     ul_stream_t next = s->next;
     stream_release(s);
-    __atomic_store_n(&s->magic, UL__STREAM_ORPHAN, __ATOMIC_RELEASE);
     __atomic_store_n(&s->comm, NULL, __ATOMIC_RELEASE);
+    uint32_t live = UL__STREAM_MAGIC;
+    if (!__atomic_compare_exchange_n(&s->magic, &live, UL__STREAM_ORPHAN, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      free(s); /* detached: the user's handle is gone */
     s = next;
+  }
+}
+
+/* Free the detached streams whose queue has drained (their worker is idle: joining it is
+ * immediate). Called with the communicator usable. */
+static void streams_reap(ul_comm_t comm) {
+  ul_stream_t done = NULL;
+  pthread_mutex_lock((pthread_mutex_t *)comm->lock);
+  for (ul_stream_t *pp = &comm->streams; *pp;) {
+    ul_stream_t s = *pp;
+    if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == UL__STREAM_DETACHED && s->host &&
+        ul__host_stream_query(s->host) != UL_IN_PROGRESS) {
+      *pp = s->next;
+      s->next = done;
+      done = s;
+    } else {
+      pp = &s->next;
+    }
+  }
+  pthread_mutex_unlock((pthread_mutex_t *)comm->lock);
+  while (done) {
+    ul_stream_t next = done->next;
+    ul__host_stream_destroy(done->host);
+    free(done);
+    done = next;
   }
 }
 
@@ -57,6 +94,7 @@ UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream) {
   if (stream == NULL)
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG, "ul_stream_create: stream is NULL");
   *stream = NULL;
+  streams_reap(comm);
   ul_stream_t s = calloc(1, sizeof *s);
   if (!s) return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "ul_stream_create: out of memory");
   s->magic = UL__STREAM_MAGIC;
@@ -144,18 +182,43 @@ UL_API ul_result_t ul_stream_query(ul_stream_t stream) {
   return rc;
 }
 
+/* Prompt in every state (issue 16): an idle queue is released at once; a busy one is
+ * detached (see UL__STREAM_DETACHED) instead of waited for, so a task blocked on a peer
+ * that never comes no longer holds the caller for the communicator's timeout. */
 UL_API ul_result_t ul_stream_destroy(ul_stream_t stream) {
   if (stream == NULL) return UL_OK;
-  if (stream->magic == UL__STREAM_ORPHAN) { /* its communicator already released it */
+  uint32_t m = __atomic_load_n(&stream->magic, __ATOMIC_ACQUIRE);
+  if (m == UL__STREAM_ORPHAN) { /* its communicator already released it */
     stream->magic = 0;
     free(stream);
     return UL_OK;
   }
-  if (!stream_valid(stream))
+  if (m != UL__STREAM_MAGIC)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_stream_destroy: invalid stream handle");
-  stream_unlink(stream->comm, stream);
-  ul_result_t rc = stream_release(stream);
-  stream->magic = 0;
-  free(stream);
+  ul_comm_t c = __atomic_load_n(&stream->comm, __ATOMIC_ACQUIRE);
+  if (!ul__comm_enter(c)) {
+    /* The communicator's teardown (an abort on another thread) is releasing this queue:
+     * hand the handle over; whichever side comes second frees it. */
+    uint32_t live = UL__STREAM_MAGIC;
+    if (!__atomic_compare_exchange_n(&stream->magic, &live, UL__STREAM_DETACHED, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+        live == UL__STREAM_ORPHAN) {
+      stream->magic = 0;
+      free(stream);
+    }
+    return UL_OK;
+  }
+  ul_result_t rc = UL_OK;
+  /* Native streams keep their vendor's rule (cudaStreamDestroy returns at once). */
+  if (!stream->host || ul__host_stream_query(stream->host) != UL_IN_PROGRESS) {
+    stream_unlink(c, stream);
+    __atomic_store_n(&stream->magic, 0, __ATOMIC_RELEASE);
+    rc = stream_release(stream); /* idle: the unreported first error of its work */
+    free(stream);
+  } else {
+    __atomic_store_n(&stream->magic, UL__STREAM_DETACHED, __ATOMIC_RELEASE);
+  }
+  streams_reap(c);
+  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
   return rc;
 }

@@ -275,9 +275,12 @@ UL_API ul_result_t ul_comm_init_rank(ul_comm_t *comm, const ul_config_t *config,
                                      ul_unique_id_t id, int rank);
 
 /** Create @p ndev communicators in one call, one per device (rank i uses devlist[i],
- *  or device i when devlist is NULL), for one process driving several devices.
+ *  or device i when devlist is NULL: config->device + i when that is set), for one
+ *  process driving several devices. An entry of devlist is a device index >= 0 or
+ *  UL_CONFIG_UNDEF (the backend decides); any other negative value is refused.
  *  Backend from config->backend / UNILINK_BACKEND / auto.
- *  @return as ul_comm_init_rank; UL_ERR_UNSUPPORTED if the backend cannot. */
+ *  @return as ul_comm_init_rank (UL_ERR_INVALID_ARG also for a bad devlist entry, with
+ *          comms untouched); UL_ERR_UNSUPPORTED if the backend cannot. */
 UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config, int ndev,
                                     const int *devlist);
 
@@ -443,7 +446,17 @@ UL_API ul_result_t ul_stream_create(ul_comm_t comm, ul_stream_t *stream);
 /** Wrap a native queue (cudaStream_t, ze_command_list_handle_t) the caller owns.
  *  @return UL_OK; UL_ERR_INVALID_ARG; UL_ERR_UNSUPPORTED on backends without one. */
 UL_API ul_result_t ul_stream_wrap_native(ul_comm_t comm, void *native, ul_stream_t *stream);
-/** Wait for all work on the stream, then free it. NULL is a no-op. */
+/** Release @p stream. Returns promptly in every state and never waits for peers (as
+ *  cudaStreamDestroy): the handle is invalid afterwards. Work still queued on it is not
+ *  dropped: it runs in the background in issue order, and its errors are recorded on the
+ *  communicator (ul_comm_last_error, sticky fatal errors, ul_comm_get_async_error); so
+ *  its buffers must stay valid until ul_comm_finalize (which completes that work),
+ *  ul_comm_destroy (which waits for it, bounded by the timeout) or ul_comm_abort (which
+ *  stops it at once). Teardown in either order is safe and prompt: stream then abort, or
+ *  abort/destroy then stream (the handle then only accepts ul_stream_destroy, which
+ *  frees it). NULL is a no-op.
+ *  @return UL_OK; the first error of already completed work not yet reported by
+ *  ul_stream_synchronize/query; UL_ERR_INVALID_ARG for a handle that is not a stream. */
 UL_API ul_result_t ul_stream_destroy(ul_stream_t stream);
 /** Wait until everything enqueued on @p stream has completed.
  *  @return UL_OK; the first error of an enqueued operation; UL_ERR_TIMEOUT. */
