@@ -3,7 +3,7 @@
  * system calls (process_vm_readv/writev). Two barriers per call, no staging. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
 #if defined(__x86_64__)
@@ -63,6 +63,34 @@ static ul_result_t out_copy(algo_ctx_t *x, void *dst, const void *src, size_t by
   return COPY(x, dst, src, bytes);
 }
 
+/* A copy with peer `peer` failed with EFAULT (its buffer vanished: it left the operation,
+ * typically because it saw another rank die first) or ESRCH (it is gone). Ask the
+ * backend which ranks are lost -- its liveness check (pidfd on host and mpi) sees an
+ * exited rank even while it is an unreaped zombie, which kill(pid, 0) does not -- and
+ * name them: UL_ERR_PEER_LOST. UL_OK when none is known lost (the caller reports the
+ * system error). */
+static ul_result_t cma_lost_peer(algo_ctx_t *x, int peer, int write, int err) {
+  const ul_backend_ops_t *o = &x->c->backend->ops;
+  int lost[64], nlost = 0;
+  if (ul__op_is_stub((const void *)o->comm_failed_ranks) ||
+      o->comm_failed_ranks(x->c->bcomm, lost, 64, &nlost) != UL_OK || nlost <= 0) {
+    if (err != ESRCH) return UL_OK;
+    lost[0] = peer; /* the kernel says the peer's process is gone */
+    nlost = 1;
+  }
+  char names[160] = "";
+  size_t used = 0;
+  for (int k = 0; k < nlost && k < 64 && used + 16 < sizeof names; k++)
+    used += (size_t)snprintf(names + used, sizeof names - used, "%srank %d (pid %d)",
+                             k ? ", " : "", lost[k], (int)ul__mailbox(x->g, lost[k])->pid);
+  return ul__comm_set_error(
+      x->c, UL_ERR_PEER_LOST,
+      "%s #%llu: peer %s lost (aborted, destroyed its communicator or exited); %s rank %d "
+      "failed: %s",
+      x->g->opname ? x->g->opname : "operation", (unsigned long long)x->g->seq, names,
+      write ? "process_vm_writev to" : "process_vm_readv from", peer, strerror(err));
+}
+
 /* Single-copy transfers with a peer process (cross-memory attach). The kernel may move
  * fewer bytes than asked (it stops at a fault or a page limit): loop on the rest. */
 static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, size_t bytes,
@@ -76,19 +104,9 @@ static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, 
     if (got <= 0) {
       if (got < 0 && errno == EINTR) continue;
       int err = got < 0 ? errno : EIO;
-      if (err == EFAULT) {
-        /* A live peer's buffer vanished mid-copy: it left the operation, typically
-         * because it saw another rank die first. Name the dead rank if one is gone. */
-        for (int p = 0; p < x->g->n; p++) {
-          pid_t pp = (pid_t)ul__mailbox(x->g, p)->pid;
-          if (p != x->g->me && pp > 0 && kill(pp, 0) != 0 && errno == ESRCH)
-            return ul__comm_set_error(
-                x->c, UL_ERR_PEER_LOST,
-                "%s #%llu: peer rank %d (pid %d) was lost: rank %d left the operation and "
-                "freed the buffer being copied (%s: Bad address)",
-                x->g->opname ? x->g->opname : "operation", (unsigned long long)x->g->seq, p,
-                (int)pp, peer, write ? "process_vm_writev" : "process_vm_readv");
-        }
+      if (err == EFAULT || err == ESRCH) {
+        ul_result_t lost = cma_lost_peer(x, peer, write, err);
+        if (lost != UL_OK) return lost;
       }
       return ul__comm_set_error(x->c, err == ESRCH ? UL_ERR_PEER_LOST : UL_ERR_SYSTEM,
                                 "%s #%llu: %s of %zu bytes %s rank %d (pid %d) failed: %s",
