@@ -339,6 +339,18 @@ UL_API ul_result_t ul_comm_init_all(ul_comm_t *comms, const ul_config_t *config,
                                 ndev);
   ul__config_t cfg;
   UL_CHECK(ul__config_resolve(config, &cfg));
+  /* As config.device: an index >= 0, or UL_CONFIG_UNDEF to let the backend decide. */
+  for (int i = 0; devlist && i < ndev; i++)
+    if (devlist[i] < 0 && devlist[i] != UL_CONFIG_UNDEF)
+      return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                  "ul_comm_init_all: devlist[%d] is %d; a device index must be "
+                                  ">= 0, or UL_CONFIG_UNDEF to let the backend decide",
+                                  i, devlist[i]);
+  if (!devlist && cfg.device != UL_CONFIG_UNDEF && cfg.device > INT32_MAX - (ndev - 1))
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_comm_init_all: config.device %d + rank exceeds INT32_MAX for "
+                                "%d devices",
+                                (int)cfg.device, ndev);
   char name[24], opts[28];
   UL_CHECK(split_backend_name(strcmp(cfg.backend, "auto") == 0 ? "" : cfg.backend, name,
                               sizeof name, opts, sizeof opts));
