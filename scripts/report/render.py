@@ -11,14 +11,18 @@ td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.5em;overflow-x:auto;fo
 .conf-low{color:#b00}.conf-medium{color:#a60}.conf-high{color:#070}.bad{color:#b00}
 .note{color:#555;font-size:13px}svg.plot{display:block;margin:.5em 0}"""
 
-# Sets data-plots on <body> once every plot has drawn at least one series, and
-# data-resources to the number of resources the page fetched (must be 0).
+# Sets data-plots on <body> once every plot has drawn at least one series,
+# data-resources to the number of resources the page fetched (must be 0) and
+# data-overflow to the number of plot texts (legend, ticks, titles) drawn outside their plot.
 JS = """window.addEventListener('load',function(){var p=document.querySelectorAll('svg.plot');
-var ok=0;p.forEach(function(s){var n=+s.getAttribute('data-series');
+var ok=0,over=0;p.forEach(function(s){var n=+s.getAttribute('data-series');
 var d=s.querySelectorAll('path.series').length;var b=s.getBBox();
-if(d>=1&&d>=Math.min(n,1)&&b.width>0)ok++;});
+if(d>=1&&d>=Math.min(n,1)&&b.width>0)ok++;var r=s.getBoundingClientRect();
+s.querySelectorAll('text').forEach(function(t){var q=t.getBoundingClientRect();
+if(q.left<r.left-1||q.right>r.right+1||q.top<r.top-1||q.bottom>r.bottom+1)over++;});});
 var r=(performance.getEntriesByType('resource')||[]).length;
 document.body.setAttribute('data-resources',String(r));
+document.body.setAttribute('data-overflow',String(over));
 document.body.setAttribute('data-plots',ok+'/'+p.length);
 document.body.setAttribute('data-rendered',ok===p.length&&p.length>0?'yes':'no');});"""
 
@@ -35,6 +39,13 @@ def _modeled_series(data, coll):
             for m in data["modeled"] if m["collective"] == coll and m["rows"]]
 
 
+def _where(data):
+    """The machine and date a plot was made on, for its title."""
+    m = data["machine"]
+    gpus = f", {len(m['gpus'])} GPU(s)" if m.get("gpus") else ", no GPU"
+    return f"{m['host']} ({m['cpu'] or 'CPU'}, {m['cores']} cores{gpus}), {data['date']}"
+
+
 def plots(data):
     out = []
     colls = []
@@ -46,7 +57,7 @@ def plots(data):
         out.append(("plot-" + coll, line_plot(
             "plot-" + coll, f"{coll}: busbw vs size, measured here and modeled "
             f"({data['modeled_ranks']} GPUs)", s, "message size (nccl-tests size, bytes)",
-            "busbw (GB/s, 1 GB = 1e9 B)")))
+            "busbw (GB/s, 1 GB = 1e9 B)", subtitle=_where(data))))
     tr = data["train"]["cells"]
     # the preferred model (70B) unless fewer than two of its GPU counts could be estimated
     order = [data.get("plot_model")] + [c["model"] for c in tr]
@@ -63,7 +74,7 @@ def plots(data):
         out.append(("plot-train", line_plot(
             "plot-train", f"{model}: modeled scaling efficiency vs GPU count",
             list(series.values()), "GPUs", "scaling efficiency (%) = compute / step",
-            ylog=False, xbytes=False, ylim=(0, 100))))
+            ylog=False, xbytes=False, ylim=(0, 100), subtitle=_where(data))))
     return out
 
 
