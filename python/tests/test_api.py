@@ -1,6 +1,7 @@
 """The ctypes layer (unilink.Comm): ranks as threads of this process on the host
 backend (ctypes releases the GIL during calls, so thread ranks run concurrently)."""
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -144,6 +145,106 @@ class Collectives(unittest.TestCase):
         out = on_threads(2, body)
         np.testing.assert_array_equal(out[0], [101] * 4)
         np.testing.assert_array_equal(out[1], [100] * 4)
+
+
+class Recovery(unittest.TestCase):
+    """revoke / failed_ranks / shrink / async_error over the C API (thread ranks)."""
+
+    def test_shrink_after_a_lost_rank(self):
+        def body(c):
+            if c.rank == 2:
+                c.abort()  # a thread rank's way of being lost
+                return None
+            with self.assertRaises(unilink.PeerLost):
+                c.allreduce(np.ones(1, np.int32))
+            failed = c.failed_ranks()
+            with c.shrink() as s:
+                v = np.array([1 << c.rank], np.int32)
+                s.allreduce(v)
+                res = (failed, s.rank, s.size, int(v[0]))
+            return res + (type(c.error),)
+
+        out = on_threads(4, body, timeout_ms=5000)
+        new_rank = {0: 0, 1: 1, 3: 2}
+        for r in (0, 1, 3):
+            failed, nr, size, total, err = out[r]
+            self.assertEqual(failed, [2], "rank %d" % r)
+            self.assertEqual((nr, size), (new_rank[r], 3), "rank %d" % r)
+            self.assertEqual(total, (1 << 0) + (1 << 1) + (1 << 3))
+            self.assertIs(err, unilink.PeerLost)  # the old communicator stays failed
+
+    def test_revoke_releases_a_waiting_rank(self):
+        def body(c):
+            x = np.zeros(1, np.int32)
+            t0 = time.monotonic()
+            if c.rank == 0:
+                time.sleep(0.2)  # let rank 1 block first
+                c.revoke()
+                c.revoke()  # idempotent
+            else:
+                with self.assertRaises(unilink.Revoked) as cm:
+                    c.recv(x, 0)  # rank 0 never sends: only the revoke ends this
+                self.assertEqual(cm.exception.code, -15)
+            waited = time.monotonic() - t0
+            with self.assertRaises(unilink.Revoked):
+                c.allreduce(x)
+            self.assertEqual(c.failed_ranks(), [])
+            with c.shrink(timeout_ms=20000) as s:
+                v = np.array([c.rank + 1], np.int32)
+                s.allreduce(v)
+                return waited, s.size, int(v[0])
+
+        out = on_threads(2, body, timeout_ms=20000)
+        self.assertLess(out[1][0], 5.0, "rank 1 waited %.1fs after the revoke" % out[1][0])
+        self.assertEqual([o[1:] for o in out], [(2, 3)] * 2)
+
+    def test_healthy_and_closed_communicators(self):
+        def body(c):
+            res = c.failed_ranks(), c.async_error()
+            c.barrier()  # a peer that destroyed its communicator would count as lost
+            return res
+
+        self.assertEqual(on_threads(2, body), [([], None)] * 2)
+        uid = unilink.UniqueId.create("host")
+        c = unilink.Comm.init_rank(1, uid.bytes, 0)
+        c.destroy()
+        for call in (c.revoke, c.failed_ranks, c.async_error, c.shrink):
+            with self.assertRaises(unilink.InvalidArgument):
+                call()
+
+    def test_nonblocking_init_and_collective(self):
+        uid, started = unilink.UniqueId.create("host"), threading.Event()
+        out, errs = [None, None], []
+
+        def rank_main(r):
+            try:
+                if r == 1:
+                    started.wait(20)
+                c = unilink.Comm.init_rank(2, uid.bytes, r, blocking=False, timeout_ms=20000)
+                # rank 1 has not started yet: rank 0's communicator cannot be ready
+                first = c.async_error()
+                started.set()
+                c.wait_async(timeout_s=20)
+                x = np.arange(4, dtype=np.int64) * (r + 1)
+                c.allreduce(x)  # queued: the result is there once nothing is pending
+                c.wait_async(timeout_s=20)
+                out[r] = (first, x.tolist(), c.async_error())
+                c.destroy()
+            except BaseException as e:  # noqa: B902 - reported below
+                errs.append(e)
+                started.set()
+
+        ts = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        if errs:
+            raise errs[0]
+        self.assertEqual(out[0][0], unilink.IN_PROGRESS)
+        for first, x, after in out:
+            self.assertEqual(x, [0, 3, 6, 9])
+            self.assertIsNone(after)
 
 
 class Errors(unittest.TestCase):

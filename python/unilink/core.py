@@ -55,8 +55,15 @@ class Mismatch(Error):
     pass
 
 
+class Revoked(Error):
+    """The communicator was revoked (Comm.revoke on some rank): shrink() or destroy() it."""
+
+
 _ERRORS = {-1: InvalidArgument, -3: Unsupported, -4: Unavailable, -6: Timeout, -7: PeerLost,
-           -8: Aborted, -9: Mismatch}
+           -8: Aborted, -9: Mismatch, -15: Revoked}
+
+# UL_IN_PROGRESS: nonblocking mode's "not done yet" (not an error; Comm.async_error()).
+IN_PROGRESS = 1
 
 
 def error_for(code, sentence="", call=""):
@@ -295,12 +302,13 @@ def bootstrap_mpi(backend=None):
     return uid, rank.value, n.value
 
 
-def _config(backend=None, timeout_ms=None, check=None, device=None, name=None):
+def _config(backend=None, timeout_ms=None, check=None, device=None, name=None, blocking=None):
     u = _lib.CONFIG_UNDEF
     cfg = _lib.ConfigC(ctypes.sizeof(_lib.ConfigC), backend.encode() if backend else None,
                        u if timeout_ms is None else int(timeout_ms),
                        u if check is None else int(bool(check)), u if device is None else device,
-                       u, name.encode() if name else None)
+                       u if blocking is None else int(bool(blocking)),
+                       name.encode() if name else None)
     return cfg
 
 
@@ -308,8 +316,12 @@ def _config(backend=None, timeout_ms=None, check=None, device=None, name=None):
 class Comm:
     """A unilink communicator. Use as a context manager or call destroy()."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, rank=None, size=None):
         self.handle = c_void_p(handle) if not isinstance(handle, c_void_p) else handle
+        if rank is not None and size is not None:
+            # init_rank knows them; a nonblocking communicator refuses queries until ready
+            self.rank, self.size = rank, size
+            return
         r, s = c_int(), c_int()
         self._call(lib.ul_comm_rank, "ul_comm_rank", self.handle, byref(r))
         self._call(lib.ul_comm_size, "ul_comm_size", self.handle, byref(s))
@@ -318,14 +330,16 @@ class Comm:
     @classmethod
     def init_rank(cls, nranks, uid, rank, **config):
         """Join communicator `uid` (a UniqueId or its bytes) as `rank` of `nranks`.
-        config: backend, timeout_ms, check, device, name (ul_config_t fields)."""
+        config: backend, timeout_ms, check, device, name, blocking (ul_config_t fields).
+        blocking=False returns at once while the communicator is created in the background
+        and makes stream-less calls queue: poll async_error() or call wait_async()."""
         if not isinstance(uid, UniqueId):
             uid = UniqueId(uid)
         h = c_void_p()
         cfg = _config(**config)
         _check(lib.ul_comm_init_rank(byref(h), byref(cfg), nranks, uid._c, rank),
                call="ul_comm_init_rank")
-        return cls(h)
+        return cls(h, rank, nranks)
 
     @classmethod
     def init_all(cls, ndev, devices=None, **config):
@@ -383,6 +397,61 @@ class Comm:
         """The sticky error as an Error, or None."""
         rc = lib.ul_comm_get_error(self.handle)
         return error_for(rc, lib.ul_comm_last_error(self.handle).decode()) if rc else None
+
+    # --- recovery after a lost rank, nonblocking progress (ULFM / ncclCommShrink style) ---
+    def revoke(self):
+        """Revoke this communicator on every rank: current and later operations on it raise
+        Revoked there (sticky). Does not block; idempotent. shrink(), failed_ranks(),
+        abort(), destroy() and the queries still work on a revoked communicator."""
+        self._call(lib.ul_comm_revoke, "ul_comm_revoke", self.handle)
+
+    def shrink(self, **config):
+        """Collective over the survivors: a new Comm of exactly the ranks not lost,
+        renumbered in old-rank order (old 0,2,3 alive -> new 0,1,2). Works on a revoked or
+        failed communicator; this one stays as it is (destroy it afterwards). config as in
+        init_rank; none given inherits this communicator's configuration."""
+        h = c_void_p()
+        cfg = byref(_config(**config)) if config else None
+        self._call(lib.ul_comm_shrink, "ul_comm_shrink", self.handle, byref(h), cfg)
+        return Comm(h)
+
+    def failed_ranks(self):
+        """The ranks this rank knows to be lost, ascending. Local, does not block."""
+        n = max(self.size, 1)
+        ranks, count = (c_int * n)(), c_int()
+        self._call(lib.ul_comm_failed_ranks, "ul_comm_failed_ranks", self.handle, ranks, n,
+                   byref(count))
+        return list(ranks[:min(count.value, n)])
+
+    def async_error(self):
+        """Progress and errors of a nonblocking communicator, without blocking
+        (ul_comm_get_async_error): IN_PROGRESS while it is being created or queued work is
+        pending, else the first error as an Error (returned, not raised), else None."""
+        st = c_int()
+        self._call(lib.ul_comm_get_async_error, "ul_comm_get_async_error", self.handle,
+                   byref(st))
+        if st.value == 0:
+            return None
+        if st.value == IN_PROGRESS:
+            return IN_PROGRESS
+        return error_for(st.value, self.last_error, "ul_comm_get_async_error")
+
+    def wait_async(self, timeout_s=None, poll_s=0.001):
+        """Poll async_error() until nothing is pending; raise its error if there is one.
+        Raises Timeout after timeout_s with the work still pending (it does not abort:
+        call abort() for that)."""
+        import time
+        t0 = time.monotonic()
+        while True:
+            st = self.async_error()
+            if st is None:
+                return
+            if isinstance(st, Error):
+                raise st
+            if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                raise Timeout(-6, "work still in progress after %gs" % timeout_s,
+                              "Comm.wait_async")
+            time.sleep(poll_s)
 
     @property
     def last_error(self):
