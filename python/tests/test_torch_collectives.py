@@ -1,6 +1,7 @@
 """Every torch.distributed collective on backend "unilink" against a reference computed
 locally, on 2 and 3 processes. Inputs are small integers, exact in every dtype used."""
 import unittest
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -76,6 +77,9 @@ def body(rank, world, store):
     # async work, wait() and futures
     t = inp(rank)
     w = dist.all_reduce(t, async_op=True)
+    # Work is born complete (the call ran to the end): any wait timeout returns True.
+    if not (w.is_completed() and w.is_success() and w.wait(timeout=timedelta(milliseconds=1))):
+        f.append("async all_reduce: Work not complete at return")
     w.wait()
     check(f, "async all_reduce", t, ref_reduce(all_inputs(world), R.SUM))
     t = inp(rank)

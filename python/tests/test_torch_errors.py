@@ -30,10 +30,21 @@ def bad_args(rank, world, store):
             msgs.append(None)
         except RuntimeError as e:
             msgs.append(str(e).split("\n")[0])
+    # A dtype unilink has no counterpart for (int16 on torch 1.13): unilink.Unsupported.
+    import unilink.torch as ut
+    dtype_errs = []
+    for fn in (lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)),
+               lambda: dist.broadcast(torch.ones(3, dtype=torch.int16), 0)):
+        try:
+            fn()
+            dtype_errs.append(None)
+        except RuntimeError as e:
+            err = ut.as_unilink_error(e)
+            dtype_errs.append((type(err).__name__, err.sentence if err else str(e)))
     t = torch.ones(2)
     dist.all_reduce(t)  # the group still works
     dist.destroy_process_group()
-    return msgs, t.tolist()
+    return msgs, t.tolist(), dtype_errs
 
 
 def timeout(rank, world, store):
@@ -69,12 +80,17 @@ def killed(rank, world, store):
 
 class Errors(unittest.TestCase):
     def test_bad_arguments_raise_and_leave_group_usable(self):
-        for msgs, t in run(bad_args, 2, 120):
+        for msgs, t, dtype_errs in run(bad_args, 2, 120):
             for m in msgs:
                 self.assertIsNotNone(m, "a bad call did not raise")
             # complex MAX is refused by torch itself; the others by unilink.
             for m in (msgs[0], msgs[2], msgs[3]):
                 self.assertIn("unilink", m)
+            for e in dtype_errs:
+                self.assertIsNotNone(e, "an int16 tensor did not raise")
+                self.assertEqual(e[0], "Unsupported", e)
+                self.assertIn("Short", e[1])
+                self.assertIn("supported: bool, uint8", e[1])
             self.assertEqual(t, [2.0, 2.0])
 
     def test_timeout_raises(self):

@@ -1,12 +1,13 @@
 // torch.distributed backend "unilink": a c10d::ProcessGroup over the unilink C API.
 // One translation unit on purpose: compiling against torch headers is slow, and the
 // whole backend is a thin mapping (tensor -> pointer/count/dtype, ReduceOp -> ul_op_t).
-// Why C++ and not a Python ProcessGroup: docs/decisions/0007-torch-backend-in-cpp.md.
+// Why C++ and not a Python ProcessGroup: docs/decisions/0008-torch-backend-is-a-cpp-extension.md.
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <unilink/unilink.h>
 
@@ -26,6 +27,9 @@ using TensorList = std::vector<at::Tensor>;
 
 // Every call runs to completion before it returns (NULL stream on host backends, and
 // on device backends unilink synchronises the NULL stream), so a Work is born done.
+// wait(timeout) therefore never waits and cannot time out: the group's timeout was
+// already applied inside the call (unilink's timeout_ms), and a failure was raised by the
+// call itself, before this Work existed. Returning true for any timeout is exact.
 class WorkDone : public Work {
  public:
   WorkDone(int rank, OpType type, TensorList outputs)
@@ -34,7 +38,7 @@ class WorkDone : public Work {
   }
   bool isCompleted() override { return true; }
   bool isSuccess() const override { return true; }
-  bool wait(std::chrono::milliseconds) override { return true; }
+  bool wait(std::chrono::milliseconds /*timeout: see above*/) override { return true; }
   TensorList result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
@@ -59,6 +63,21 @@ class WorkDone : public Work {
     if (rc_ != UL_OK) ::unilink_torch::fail(rc_, (comm), #call); \
   } while (0)
 
+// torch 2.1 added float8_e4m3fn/e5m2, torch 2.3 uint16/32/64; Debian's 1.13 has neither.
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1))
+#define UL_TORCH_HAS_FP8 1
+#endif
+#if defined(TORCH_VERSION_MAJOR) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3))
+#define UL_TORCH_HAS_UINT 1
+#endif
+
+[[noreturn]] static void unsupported_dtype(const at::Tensor &t, const char *why) {
+  // Same prefix as fail(): unilink.torch.as_unilink_error maps it to unilink.Unsupported.
+  TORCH_CHECK(false, "unilink ", ul_result_name(UL_ERR_UNSUPPORTED), " (",
+              static_cast<int>(UL_ERR_UNSUPPORTED), ") in dtype_of: tensor dtype ",
+              t.scalar_type(), " ", why);
+}
+
 // Bool reduces as uint8 with max/min (logical or/and), as gloo does.
 static ul_dtype_t dtype_of(const at::Tensor &t) {
   switch (t.scalar_type()) {
@@ -73,7 +92,25 @@ static ul_dtype_t dtype_of(const at::Tensor &t) {
     case at::kDouble: return UL_FP64;
     case at::kComplexFloat: return UL_FP32;   // viewed as pairs of reals (sum/avg only)
     case at::kComplexDouble: return UL_FP64;
-    default: TORCH_CHECK(false, "unilink: unsupported tensor dtype ", t.scalar_type());
+#ifdef UL_TORCH_HAS_FP8
+    case at::kFloat8_e4m3fn: return UL_FP8_E4M3;
+    case at::kFloat8_e5m2: return UL_FP8_E5M2;
+#endif
+#ifdef UL_TORCH_HAS_UINT
+    case at::kUInt32: return UL_UINT32;
+    case at::kUInt64: return UL_UINT64;
+    case at::kUInt16: unsupported_dtype(t, "has no unilink counterpart (no 16-bit unsigned type)");
+#endif
+    default:
+      unsupported_dtype(t, "has no unilink counterpart; supported: bool, uint8, int8, int32, "
+                           "int64, float16, bfloat16, float32, float64, complex64, complex128"
+#ifdef UL_TORCH_HAS_UINT
+                           ", uint32, uint64"
+#endif
+#ifdef UL_TORCH_HAS_FP8
+                           ", float8_e4m3fn, float8_e5m2"
+#endif
+      );
   }
 }
 
