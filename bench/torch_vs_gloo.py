@@ -4,6 +4,9 @@ one run, 2 processes, interleaved rounds, medians, ratio table; then the per-cal
 of the Python/torch layer over the C library at 8 bytes.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_vs_gloo.py [--rounds 5] [--max 256M]
+
+A worker that dies ends the run with an error at once; a note about other jobs is printed
+only when the load average says the machine was busy.
 """
 import argparse
 import os
@@ -89,11 +92,50 @@ def worker(rank, n, store_path, args, q):
     dist.destroy_process_group()
 
 
+def collect(procs, q, timeout_s):
+    """Rank 0's result, then every worker's exit. A worker that dies (or exits with an
+    error) is an error within a second, not after the whole timeout."""
+    import queue
+    deadline = time.monotonic() + timeout_s
+    result = None
+    while True:
+        if result is None:
+            try:
+                result = q.get(timeout=0.5)
+            except queue.Empty:
+                pass
+        else:
+            time.sleep(0.1)
+        codes = [p.exitcode for p in procs]
+        bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if bad:
+            raise RuntimeError("worker %s exited with %s; stopping" % (
+                ", ".join(str(r) for r, _ in bad), ", ".join(str(c) for _, c in bad)))
+        if result is None and all(c == 0 for c in codes):
+            try:  # rank 0 may have finished just after the last look at the queue
+                return q.get(timeout=1)
+            except queue.Empty:
+                raise RuntimeError("workers exited without a result")
+        if result is not None and all(c == 0 for c in codes):
+            return result
+        if time.monotonic() > deadline:
+            raise RuntimeError("no result after %ds (--timeout)" % timeout_s)
+
+
+def stop(procs):
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(5)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--min", type=parse_size, default=4 << 10)
     ap.add_argument("--max", type=parse_size, default=256 << 20)
+    ap.add_argument("--timeout", type=int, default=3600,
+                    help="seconds before giving up on workers that are alive but silent")
     args = ap.parse_args()
     n = 2
     fd, store = tempfile.mkstemp(prefix="unilink-bench-store-")
@@ -101,12 +143,20 @@ def main():
     os.unlink(store)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    load_start = os.getloadavg()[0]
     procs = [ctx.Process(target=worker, args=(r, n, store, args, q)) for r in range(n)]
     for p in procs:
         p.start()
-    sizes, med, torch_t, c_t, pg_t = q.get(timeout=3600)
-    for p in procs:
-        p.join(60)
+    try:
+        sizes, med, torch_t, c_t, pg_t = collect(procs, q, args.timeout)
+    except RuntimeError as e:
+        print("torch_vs_gloo: %s" % e, file=sys.stderr)
+        return 1
+    finally:
+        stop(procs)
+        if os.path.exists(store):
+            os.unlink(store)
+    load_end = os.getloadavg()[0]
     busbw = lambda s, t: s * 2 * (n - 1) / n / t / 1e9
     print("all_reduce, CPU float32, 2 processes, torch %s, %d interleaved rounds, median per call"
           % (torch.__version__, args.rounds))
@@ -126,7 +176,14 @@ def main():
           "loop %.2f us; Python/torch layer %.2f us (torch's dist wrapper %.2f, binding %.2f)"
           % (torch_t * 1e6, pg_t * 1e6, c_t * 1e6, (torch_t - c_t) * 1e6, (torch_t - pg_t) * 1e6,
              (pg_t - c_t) * 1e6))
-    print("note: timings on a shared machine; other jobs were running")
+    # Other work competes with the ranks once it needs more than the CPUs the ranks leave
+    # free. The 1-minute load average: before the run it is all other work; at the end it
+    # also counts our n ranks (fully only after a minute, so short runs err on the quiet side).
+    cpus = os.cpu_count() or n
+    other = max(load_start, load_end - n)
+    if other > max(cpus - n, 0) + 0.5:
+        print("note: other jobs were running (load average %.1f at start, %.1f at end, %d CPUs,"
+              " %d ranks): expect noisy timings" % (load_start, load_end, cpus, n))
     return 0
 
 
