@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_a2av.h"
 #include "bench_membw.h"
 #include "bench_ops.h"
 #include "bench_util.h"
@@ -41,9 +42,12 @@ typedef struct bench_opts {
   int sync_per_call;        /* --sync-per-call: barrier, one timed call; time = median of max over ranks */
   int extra_columns;        /* --extra-columns: %roof/algorithm in data rows (not strict) */
   const char *prog;         /* nccl-tests program name printed in the banner/footer */
+  int device0;              /* NCCL_TESTS_DEVICE: first device index of this process; -1 unset */
+  bench_a2av_t a2av;        /* alltoallv: nccl-tests' NCCL_TESTS_ALLTOALLV_* pattern */
   const char *json, *plot;
   int nbackends;
   char *backends[BENCH_MAX_BACKENDS];
+  unsigned char discovered[BENCH_MAX_BACKENDS]; /* 1: found by "all" (skip if it cannot run) */
   int argc;
   char **argv;
 } bench_opts_t;
@@ -83,6 +87,7 @@ typedef struct bench_dev {
 typedef struct bench_run {
   const bench_opts_t *o;
   const char *backend;      /* as given, with ":options" */
+  int discovered;           /* found by "all": may be skipped when it cannot run here */
   char base[64];            /* name before ':' */
   ul_backend_info_t info;
   int modeled;
@@ -162,5 +167,7 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int p
                      double check_bw);
 /* NCCL_TESTS_SPLIT / _SPLIT_MASK colour of process @p proc (0 when unset) */
 int bench_split_color(int proc);
+/* NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY: nccl-tests' per-rank lines of one row (as '#' lines) */
+void bench_print_a2av_summary(const bench_run_t *r, const bench_row_t *row);
 
 #endif

@@ -1,5 +1,6 @@
 /* Communicators of unilink-bench (threads, -g groups, mpirun) and NCCL_TESTS_SPLIT. */
 #define _GNU_SOURCE
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,10 +19,16 @@ typedef struct bench_init_arg {
   char why[256]; /* ul_last_error() is per thread: keep the init thread's sentence */
 } bench_init_arg_t;
 
-static void bench_config(const bench_run_t *r, ul_config_t *cfg) {
+/* local: this process's rank index. NCCL_TESTS_DEVICE picks device device0 + local, as
+ * nccl-tests' cudaSetDevice(gpu0 + i); unset, the backend decides (nccl-tests: the local
+ * rank's block). Only device backends get here with device0 set (bench_main refuses it
+ * on the others). */
+static void bench_config(const bench_run_t *r, ul_config_t *cfg, int local) {
   ul_config_t init = UL_CONFIG_INIT;
   *cfg = init;
   cfg->backend = r->backend;
+  if (r->o->device0 >= 0 && (r->info.features & UL_FEATURE_DEVICE_MEMORY))
+    cfg->device = r->o->device0 + local;
   if (r->o->timeout_s > 0) cfg->timeout_ms = r->o->timeout_s * 1000;
   cfg->name = "unilink-bench";
 }
@@ -29,11 +36,25 @@ static void bench_config(const bench_run_t *r, ul_config_t *cfg) {
 static void *bench_init_thread(void *p) {
   bench_init_arg_t *a = p;
   ul_config_t cfg;
-  bench_config(a->r, &cfg);
+  bench_config(a->r, &cfg, a->local);
   a->rc = ul_comm_init_rank(&a->r->comms[a->local], &cfg, a->r->nranks, a->id,
                             a->r->first_rank + a->local);
   if (a->rc != UL_OK) snprintf(a->why, sizeof a->why, "%s", ul_last_error());
   return NULL;
+}
+
+/* A communicator that cannot be made: the sentence goes to stderr and stays in
+ * r->fail_msg for the "# backend X failed" line (the run has not started: no fail_rc). */
+static void bench_init_error(bench_run_t *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void bench_init_error(bench_run_t *r, const char *fmt, ...) {
+  char msg[sizeof r->fail_msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "unilink-bench: %s\n", msg);
+  memcpy(r->fail_msg, msg, sizeof msg);
 }
 
 int bench_comms_create(bench_run_t *r) {
@@ -46,7 +67,7 @@ int bench_comms_create(bench_run_t *r) {
     int rank = 0, n = 0;
     rc = ul_bootstrap_mpi(r->backend, &id, &rank, &n);
     if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_bootstrap_mpi(%s): %s: %s\n", r->backend,
+      bench_init_error(r, "ul_bootstrap_mpi(%s): %s: %s", r->backend,
               ul_result_name(rc), ul_last_error());
       return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
     }
@@ -55,10 +76,10 @@ int bench_comms_create(bench_run_t *r) {
     r->nranks = n;
     r->first_rank = rank;
     ul_config_t cfg;
-    bench_config(r, &cfg);
+    bench_config(r, &cfg, 0);
     rc = ul_comm_init_rank(&r->comms[0], &cfg, n, id, rank);
     if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+      bench_init_error(r, "ul_comm_init_rank(%s, rank %d of %d): %s: %s", r->backend,
               rank, n, ul_result_name(rc), ul_last_error());
       return bench_exit_for(rc);
     }
@@ -75,7 +96,7 @@ int bench_comms_create(bench_run_t *r) {
     r->xch = saved;
     r->xch_per_rank = saved_per;
     if (gathered != 0) {
-      fprintf(stderr, "unilink-bench: gathering the device list failed: %s\n", r->fail_msg);
+      bench_init_error(r, "gathering the device list failed: %s", r->fail_msg);
       return bench_exit_for(r->fail_rc);
     }
     if (getenv("NCCL_TESTS_SPLIT_MASK") || getenv("NCCL_TESTS_SPLIT")) {
@@ -84,7 +105,7 @@ int bench_comms_create(bench_run_t *r) {
       ul_comm_t sub = NULL;
       rc = ul_comm_split(r->comms[0], r->color, rank, &sub, NULL);
       if (rc != UL_OK) {
-        fprintf(stderr, "unilink-bench: NCCL_TESTS_SPLIT: ul_comm_split(%s, color %d): %s: %s\n",
+        bench_init_error(r, "NCCL_TESTS_SPLIT: ul_comm_split(%s, color %d): %s: %s",
                 r->backend, r->color, ul_result_name(rc), ul_comm_last_error(r->comms[0]));
         return bench_exit_for(rc);
       }
@@ -96,10 +117,18 @@ int bench_comms_create(bench_run_t *r) {
   } else if (r->nthreads == 1 && r->ngpus > 1) {
     /* -g G on one thread: one process driving G ranks, as ncclCommInitAll */
     ul_config_t cfg;
-    bench_config(r, &cfg);
-    rc = ul_comm_init_all(r->comms, &cfg, r->ngpus, NULL);
+    bench_config(r, &cfg, 0);
+    int *devlist = NULL;
+    if (cfg.device != UL_CONFIG_UNDEF) {
+      devlist = calloc((size_t)r->ngpus, sizeof *devlist);
+      if (!devlist) return BENCH_EXIT_INTERNAL;
+      for (int i = 0; i < r->ngpus; i++) devlist[i] = cfg.device + i;
+      cfg.device = UL_CONFIG_UNDEF;
+    }
+    rc = ul_comm_init_all(r->comms, &cfg, r->ngpus, devlist);
+    free(devlist);
     if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_all(%s, %d ranks): %s: %s\n", r->backend,
+      bench_init_error(r, "ul_comm_init_all(%s, %d ranks): %s: %s", r->backend,
               r->ngpus, ul_result_name(rc), ul_last_error());
       return bench_exit_for(rc);
     }
@@ -107,7 +136,7 @@ int bench_comms_create(bench_run_t *r) {
     ul_unique_id_t id;
     rc = ul_get_unique_id(r->backend, &id);
     if (rc != UL_OK) {
-      fprintf(stderr, "unilink-bench: ul_get_unique_id(%s): %s: %s\n", r->backend,
+      bench_init_error(r, "ul_get_unique_id(%s): %s: %s", r->backend,
               ul_result_name(rc), ul_last_error());
       return rc == UL_ERR_UNAVAILABLE ? BENCH_EXIT_UNAVAILABLE : bench_exit_for(rc);
     }
@@ -130,7 +159,7 @@ int bench_comms_create(bench_run_t *r) {
       if (args[i].rc != UL_OK && bad < 0) bad = i;
     }
     if (bad >= 0) {
-      fprintf(stderr, "unilink-bench: ul_comm_init_rank(%s, rank %d of %d): %s: %s\n", r->backend,
+      bench_init_error(r, "ul_comm_init_rank(%s, rank %d of %d): %s: %s", r->backend,
               bad, r->nranks, ul_result_name(args[bad].rc),
               r->comms[bad] ? ul_comm_last_error(r->comms[bad]) : args[bad].why);
       int code = bench_exit_for(args[bad].rc);
@@ -146,7 +175,7 @@ int bench_comms_create(bench_run_t *r) {
     for (int i = 0; i < r->nlocal; i++) {
       rc = ul_stream_create(r->comms[i], &r->streams[i]);
       if (rc != UL_OK) {
-        fprintf(stderr, "unilink-bench: -g %d needs streams on backend %s: ul_stream_create: %s: %s\n",
+        bench_init_error(r, "-g %d needs streams on backend %s: ul_stream_create: %s: %s",
                 r->ngpus, r->backend, ul_result_name(rc), ul_comm_last_error(r->comms[i]));
         return bench_exit_for(rc);
       }

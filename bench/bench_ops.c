@@ -143,6 +143,27 @@ static int exp_alltoall(const bench_call_t *c, const bench_gen_t *g, size_t i, d
   *v = bench_gen_value(g, (int)(i / b), (size_t)c->rank * b + i % b);
   return 1;
 }
+/* alltoallv: element i of this rank's result is in source j's block (recvcounts[j] at
+ * rdispls[j]), which j sent from its own offset srcoffs[j] (bench_a2av_rank_counts) */
+static int exp_alltoallv(const bench_call_t *c, const bench_gen_t *g, size_t i, double *v) {
+  size_t n = (size_t)c->nranks;
+  const size_t *rd = c->vcounts + 3 * n, *so = c->vcounts + 4 * n;
+  /* the last j with rd[j] <= i: an empty block starts where the next one does, so the
+   * last such j is the block that holds i */
+  size_t lo = 0, hi = n;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (rd[mid] <= i) lo = mid;
+    else hi = mid;
+  }
+  *v = bench_gen_value(g, (int)lo, so[lo] + (i - rd[lo]));
+  return 1;
+}
+static size_t count_recv_v(const bench_call_t *c) {
+  size_t n = (size_t)c->nranks;
+  return c->vcounts[3 * n + n - 1] + c->vcounts[2 * n + n - 1]; /* this rank's own total */
+}
+
 static int exp_sendrecv(const bench_call_t *c, const bench_gen_t *g, size_t i, double *v) {
   *v = bench_gen_value(g, (c->rank - 1 + c->nranks) % c->nranks, i);
   return 1;
@@ -160,7 +181,7 @@ static const bench_op_desc_t bench_descs[BENCH_OP_COUNT] = {
     [BENCH_SCATTER] = {BENCH_SCATTER, ptrs_scatterlike, run_scatter, exp_scatter, count_recv},
     [BENCH_SENDRECV] = {BENCH_SENDRECV, ptrs_same, run_sendrecv, exp_sendrecv, count_param, 1},
     [BENCH_HYPERCUBE] = {BENCH_HYPERCUBE, ptrs_gatherlike, run_hypercube, exp_allgather, count_recv},
-    [BENCH_ALLTOALLV] = {BENCH_ALLTOALLV, ptrs_same, run_alltoallv, exp_alltoall, count_recv},
+    [BENCH_ALLTOALLV] = {BENCH_ALLTOALLV, ptrs_same, run_alltoallv, exp_alltoallv, count_recv_v},
     [BENCH_ALLGATHERV] = {BENCH_ALLGATHERV, ptrs_gatherlike, run_allgatherv, exp_allgather,
                           count_recv},
 };

@@ -24,8 +24,10 @@ typedef struct bench_call {
    * memory the CPU must not touch, so inputs are built here and copied in with
    * ul_mem_copy, and results are copied back here to be checked */
   char *shadow;
-  /* v-forms: uniform sendcounts, sdispls, recvcounts, rdispls (nranks each), built
-   * before the timed calls (allgatherv uses the first two as recvcounts, displs) */
+  /* v-forms: sendcounts, sdispls, recvcounts, rdispls and the senders' offsets (nranks
+   * each, bench_a2av_rank_counts), built before the timed calls: alltoallv's follow
+   * nccl-tests' pattern; allgatherv's are uniform and use the first two as recvcounts,
+   * displs */
   const size_t *vcounts;
   ul_comm_t comm;
   ul_stream_t stream;

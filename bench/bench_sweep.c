@@ -19,7 +19,7 @@ typedef struct bench_thread {
   bench_run_t *r;
   int t;
   bench_call_t *calls; /* ngpus */
-  size_t *vcounts;     /* 4 * nranks: the v-forms' uniform counts and displacements */
+  size_t *vcounts;     /* per local rank 5 * nranks: the v-forms' counts (bench_a2av_rank_counts) */
   double *mine, *all;  /* exchange scratch */
 } bench_thread_t;
 
@@ -109,13 +109,36 @@ static void bench_setup(bench_thread_t *T, size_t bytes, ul_dtype_t dt, ul_op_t 
     c->shadow = r->shadow[local];
     c->comm = r->comms[local];
     c->stream = r->streams[local];
-    c->vcounts = T->vcounts;
+    size_t n = (size_t)r->nranks, *v = T->vcounts + (size_t)g * 5 * n;
+    c->vcounts = v;
+    if (c->op == BENCH_ALLTOALLV) {
+      /* nccl-tests' pattern: every rank sends paramcount x nranks elements in all, split
+       * by the spread (or the matrix, where paramcount is 0 as there) */
+      const bench_a2av_t *pat = &r->o->a2av;
+      if (pat->matrix) c->counts.paramcount = 0;
+      size_t total = c->counts.paramcount * n * es;
+      bench_a2av_max_counts(pat, es, r->nranks, total, &c->counts.sendcount, &c->counts.recvcount);
+      bench_a2av_rank_counts(pat, es, r->nranks, c->rank, total, v);
+    } else {
+      size_t per = c->counts.paramcount;
+      for (size_t j = 0; j < n; j++) {
+        v[j] = v[2 * n + j] = per;
+        v[n + j] = v[3 * n + j] = v[4 * n + j] = j * per;
+      }
+    }
   }
-  size_t n = (size_t)r->nranks, per = T->calls[0].counts.paramcount;
-  for (size_t j = 0; j < n; j++) {
-    T->vcounts[j] = T->vcounts[2 * n + j] = per;
-    T->vcounts[n + j] = T->vcounts[3 * n + j] = j * per;
+}
+
+/* algbw/busbw of one side: nccl-tests' *GetBw; alltoallv's bytes are the busiest rank's
+ * (the size column), as src/alltoallv.cu */
+static void bench_side_bw(const bench_run_t *r, const bench_call_t *c, double us, bench_side_t *S) {
+  if (c->op != BENCH_ALLTOALLV) {
+    bench_bw(c->op, c->counts.paramcount, c->es, us * 1e-6, r->nranks, &S->algbw, &S->busbw);
+    return;
   }
+  double bytes = (double)bench_row_bytes(&c->counts, c->es);
+  S->algbw = us > 0 ? bytes / 1.0e9 / (us * 1e-6) : 0.0;
+  S->busbw = S->algbw * bench_bw_factor(c->op, r->nranks);
 }
 
 static double bench_reduce_time(const bench_run_t *r, const double *all, int k, int j) {
@@ -248,8 +271,7 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
     S->time_us = bench_reduce_time(r, T->all, k, 0);
     S->measured_us = bench_reduce_time(r, T->all, k, 1);
     S->modeled_us = r->modeled ? bench_reduce_time(r, T->all, k, 2) : 0.0;
-    bench_bw(o->op, T->calls[0].counts.paramcount, T->calls[0].es, S->time_us * 1e-6, r->nranks,
-             &S->algbw, &S->busbw);
+    bench_side_bw(r, &T->calls[0], S->time_us, S);
     if (per_iter) {
       /* per iteration, the slowest rank (as nccl-tests: max over processes) */
       S->iter_us = calloc((size_t)iters, sizeof(double));
@@ -277,8 +299,7 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
         if (sync && S->have_stats) {
           /* each call's time is its slowest rank's; the median resists preemption */
           S->time_us = S->stats.median;
-          bench_bw(o->op, T->calls[0].counts.paramcount, T->calls[0].es, S->time_us * 1e-6,
-                   r->nranks, &S->algbw, &S->busbw);
+          bench_side_bw(r, &T->calls[0], S->time_us, S);
         }
       }
     }
@@ -420,6 +441,8 @@ static void *bench_thread_main(void *p) {
               if (r->printing) {
                 bench_progress_clear(r);
                 bench_print_row(r, &row);
+                if (o->op == BENCH_ALLTOALLV && o->a2av.print_summary)
+                  bench_print_a2av_summary(r, &row);
               }
               if (bench_add_row(r, &row)) {
                 bench_fail(r, UL_ERR_NO_MEMORY, "out of memory for result rows");
@@ -446,6 +469,25 @@ int bench_run_sweep(bench_run_t *r) {
     return code;
   }
   r->printing = !r->mpi || r->proc == 0;
+  if (o->op == BENCH_ALLTOALLV && o->a2av.matrix) {
+    /* the matrix must cover every rank, and -e every rank's total (nccl-tests' checks,
+     * made once the number of ranks is known) */
+    const bench_a2av_t *pat = &o->a2av;
+    size_t ms = 0, mr = 0;
+    if (r->nranks <= pat->dim) bench_a2av_max_counts(pat, 1, r->nranks, 0, &ms, &mr);
+    if (r->nranks > pat->dim)
+      bench_fail(r, UL_ERR_INVALID_USAGE, "alltoallv traffic matrix %s is %d x %d, smaller than "
+                 "the %d ranks of this run", pat->file, pat->dim, pat->dim, r->nranks);
+    else if ((ms > mr ? ms : mr) > o->maxb)
+      bench_fail(r, UL_ERR_INVALID_USAGE, "maxBytes (-e) must be at least %zu bytes, the largest "
+                 "row or column total of the alltoallv traffic matrix %s (got %zu)",
+                 ms > mr ? ms : mr, pat->file, o->maxb);
+    if (r->fail_rc != UL_OK) {
+      if (r->printing) fprintf(stderr, "unilink-bench: %s\n", r->fail_msg);
+      bench_comms_destroy(r);
+      return BENCH_EXIT_USAGE;
+    }
+  }
   const char *fault = getenv("UNILINK_BENCH_FAULT");
   r->fault_wrong = fault && strcmp(fault, "wrong") == 0;
   if (!r->mpi && bench_gather_devices(r) != 0) return BENCH_EXIT_INTERNAL;
@@ -505,7 +547,7 @@ int bench_run_sweep(bench_run_t *r) {
     th[t].calls = calloc((size_t)r->ngpus, sizeof(bench_call_t));
     th[t].mine = calloc((size_t)r->ngpus * (size_t)kmax, sizeof(double));
     th[t].all = calloc((size_t)r->nranks * (size_t)kmax, sizeof(double));
-    th[t].vcounts = calloc(4 * (size_t)r->nranks, sizeof(size_t));
+    th[t].vcounts = calloc(5 * (size_t)r->nranks * (size_t)r->ngpus, sizeof(size_t));
     if (!th[t].calls || !th[t].mine || !th[t].all || !th[t].vcounts) return BENCH_EXIT_INTERNAL;
   }
   if (r->printing) bench_print_header(r);

@@ -322,3 +322,31 @@ void bench_print_side_by_side(const bench_opts_t *o, bench_run_t **runs, int nru
     printf("\n");
   }
 }
+
+/* nccl-tests' NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY lines for one row (out-of-place time):
+ * every rank's send and receive bytes and its own bandwidths, as '#' lines so strict
+ * parsers still see 13-field rows only. */
+void bench_print_a2av_summary(const bench_run_t *r, const bench_row_t *row) {
+  const bench_a2av_t *p = &r->o->a2av;
+  const bench_side_t *S = &row->side[0];
+  if (!S->valid || S->time_us <= 0) return;
+  double sec = S->time_us * 1e-6;
+  int n = r->nranks;
+  size_t es = ul_dtype_size(row->dtype), total = row->count * (size_t)n * es;
+  if (p->matrix)
+    printf("# NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY: mode=matrix nranks=%d matrix_dim=%d scale=%.3f "
+           "time_usec=%.2f\n", n, p->dim, p->scale, S->time_us);
+  else
+    printf("# NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY: mode=generated nranks=%d total_bytes=%zu "
+           "spread=%.3f time_usec=%.2f\n", n, total, p->spread, S->time_us);
+  for (int q = 0; q < n; q++) {
+    size_t sb = 0, rb = 0;
+    for (int j = 0; j < n; j++) {
+      sb += bench_a2av_peer_bytes(p, q, j, n, total);
+      rb += bench_a2av_peer_bytes(p, j, q, n, total);
+    }
+    double alg = (double)(sb > rb ? sb : rb) / 1.0e9 / sec;
+    printf("#   rank=%d send_bytes=%zu recv_bytes=%zu alg_bw=%.2f bus_bw=%.2f\n", q, sb, rb, alg,
+           alg * bench_bw_factor(BENCH_ALLTOALLV, n));
+  }
+}

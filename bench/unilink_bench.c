@@ -29,7 +29,8 @@ static void bench_usage(FILE *f, const char *prog) {
           "\t[-C,--report_cputime <0/1>] [-S,--report_timestamps <0/1>] [-u,--unalign <elements>]\n"
           "\t(-p -y -G -R -x -D -V -M are accepted and ignored: no CUDA graphs/streams here)\n"
           "  unilink options:\n"
-          "\t[--backends a,b:opts,...] [--backend name] (default: $UNILINK_BACKEND or host)\n"
+          "\t[--backends a,b:opts,...|all] [--backend name] (default: $UNILINK_BACKEND or host;\n"
+          "\t  a named backend that cannot run fails the run, \"all\" skips those with a # line)\n"
           "\t[--plot FILE.png] [--model-iters N (timed iterations on modeled backends, default 2)]\n"
           "\t[--extra-columns (%%roof and algorithm as data columns: breaks strict 13-field parsers)]\n"
           "\t[--sync-per-call (barrier, then one timed call, max over ranks; time = median, mean in\n"
@@ -50,6 +51,17 @@ static int bench_parse_int(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+static int bench_push_backend(bench_opts_t *o, const char *name, int discovered) {
+  for (int i = 0; discovered && i < o->nbackends; i++)
+    if (strcmp(o->backends[i], name) == 0) return 0; /* "all" after an explicit name */
+  if (o->nbackends >= BENCH_MAX_BACKENDS) return -1;
+  o->discovered[o->nbackends] = (unsigned char)discovered;
+  o->backends[o->nbackends++] = strdup(name);
+  return 0;
+}
+
+/* A comma list of names; "all" stands for every registered backend. A name given
+ * explicitly must run (else the run fails); one that "all" found may be skipped. */
 static int bench_add_backend(bench_opts_t *o, const char *list) {
   char *copy = strdup(list);
   if (!copy) return -1;
@@ -57,8 +69,18 @@ static int bench_add_backend(bench_opts_t *o, const char *list) {
   for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     while (*tok == ' ') tok++;
     if (!*tok) continue;
-    if (o->nbackends >= BENCH_MAX_BACKENDS) { free(copy); return -1; }
-    o->backends[o->nbackends++] = strdup(tok);
+    if (strcmp(tok, "all") == 0) {
+      int n = ul_backend_count();
+      for (int i = 0; i < n; i++) {
+        ul_backend_info_t info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
+        if (ul_backend_get_info(i, &info) != UL_OK || !info.name) continue;
+        if (bench_push_backend(o, info.name, 1)) { free(copy); return -1; }
+      }
+      continue;
+    }
+    if (bench_push_backend(o, tok, 0)) { free(copy); return -1; }
   }
   free(copy);
   return 0;
@@ -232,6 +254,29 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
     const char *env = getenv("UNILINK_BACKEND");
     bench_add_backend(o, env && *env ? env : "host");
   }
+  /* nccl-tests' NCCL_TESTS_DEVICE: the first device index this process uses (-1: unset) */
+  o->device0 = -1;
+  const char *dev = getenv("NCCL_TESTS_DEVICE");
+  if (dev && *dev && (bench_parse_int(dev, -1, 1 << 20, &v) != 0)) {
+    fprintf(stderr, "unilink-bench: NCCL_TESTS_DEVICE=\"%s\" is not a device index (0, 1, ...)\n",
+            dev);
+    return BENCH_EXIT_BADARGS;
+  }
+  if (dev && *dev) o->device0 = (int)v;
+  bench_a2av_init(&o->a2av);
+  if (!o->p2p && o->op == BENCH_ALLTOALLV) {
+    char err[640];
+    if (bench_a2av_from_env(&o->a2av, err, sizeof err)) {
+      fprintf(stderr, "unilink-bench: %s\n", err);
+      return BENCH_EXIT_BADARGS;
+    }
+    if (o->a2av.matrix && o->minb != o->maxb) {
+      fprintf(stderr, "unilink-bench: with NCCL_TESTS_ALLTOALLV_MATRIX_FILE the matrix gives "
+              "every size: set -b and -e to the same value (e.g. -b 32M -e 32M), -e at least "
+              "the largest row or column total\n");
+      return BENCH_EXIT_BADARGS;
+    }
+  }
   return -1;
 }
 
@@ -355,26 +400,35 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
       if (rc != UL_OK) snprintf(why, sizeof why, "%s (%s)", ul_result_string(rc), ul_last_error());
       else if (!info.available) snprintf(why, sizeof why, "unavailable: %s", info.reason);
       else bench_op_supported(&info, op->op, why, sizeof why);
+      if (!why[0] && op->device0 >= 0 && (info.features & UL_FEATURE_DEVICE_MEMORY) == 0)
+        snprintf(why, sizeof why, "NCCL_TESTS_DEVICE=%d selects devices from index %d, and "
+                 "backend %s has none to select (its ranks run on the CPU); unset "
+                 "NCCL_TESTS_DEVICE to run it", op->device0, op->device0, bn);
       if (!why[0] && !mpi && (info.features & UL_FEATURE_THREAD_RANKS) == 0 &&
           op->nthreads * op->ngpus > 1)
         snprintf(why, sizeof why, "it cannot run several ranks in one process (launch under mpirun)");
       if (why[0]) {
-        if (rank0) bench_note("# skipped backend %s: %s\n", op->backends[b], why);
-        if (op->nbackends == 1)
-          exit_code = rc == UL_OK && info.available ? BENCH_EXIT_UNSUPPORTED : BENCH_EXIT_UNAVAILABLE;
-        else if (rc != UL_OK) {
-          /* a name that does not exist is a failed request, not an absent device */
-          failed++;
-          exit_code = exit_code ? exit_code : BENCH_EXIT_USAGE;
-          snprintf(failed_names + strlen(failed_names), sizeof failed_names - strlen(failed_names),
-                   "%s%s", failed_names[0] ? "," : "", op->backends[b]);
+        if (op->discovered[b]) {
+          /* found by "all": a backend this machine lacks is no failure */
+          if (rank0) bench_note("# skipped backend %s: %s\n", op->backends[b], why);
+          continue;
         }
+        /* asked for by name: not running it fails the run, as nccl-tests fails when a
+         * device it was told to use is missing */
+        int code = rc != UL_OK ? (op->nbackends == 1 ? BENCH_EXIT_UNAVAILABLE : BENCH_EXIT_USAGE)
+                 : !info.available ? BENCH_EXIT_UNAVAILABLE : BENCH_EXIT_UNSUPPORTED;
+        if (rank0) bench_note("# backend %s failed: %s\n", op->backends[b], why);
+        failed++;
+        exit_code = exit_code ? exit_code : code;
+        snprintf(failed_names + strlen(failed_names), sizeof failed_names - strlen(failed_names),
+                 "%s%s", failed_names[0] ? "," : "", op->backends[b]);
         continue;
       }
       bench_run_t *r = calloc(1, sizeof *r);
       if (!r) return BENCH_EXIT_INTERNAL;
       r->o = op;
       r->backend = op->backends[b];
+      r->discovered = op->discovered[b];
       snprintf(r->base, sizeof r->base, "%s", bn);
       r->info = info;
       r->modeled = modeled;
@@ -406,15 +460,15 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
     if (r->mpi && r->proc != 0) any_printing = 0;
     if (r->mpi && r->proc == 0) any_printing = 1;
     if (code != BENCH_EXIT_OK) {
-      if (code == BENCH_EXIT_UNAVAILABLE && op->nbackends > 1) {
-        if (rank0) bench_note("# skipped backend %s: unavailable\n", r->backend);
+      if (code == BENCH_EXIT_UNAVAILABLE && r->discovered) {
+        if (rank0) bench_note("# skipped backend %s: %s\n", r->backend,
+                              r->fail_msg[0] ? r->fail_msg : "unavailable");
       } else {
         exit_code = exit_code ? exit_code : code;
         failed++;
         snprintf(failed_names + strlen(failed_names), sizeof failed_names - strlen(failed_names),
                  "%s%s", failed_names[0] ? "," : "", r->backend);
-        if ((!mpi || r->proc == 0) && op->nbackends > 1)
-          printf("# backend %s failed: %s\n", r->backend, r->fail_msg);
+        if (rank0) bench_note("# backend %s failed: %s\n", r->backend, r->fail_msg);
       }
       bench_free_run(r);
       continue;
@@ -475,5 +529,6 @@ int main(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   int code = bench_main(argc, argv, &o);
   for (int i = 0; i < o.nbackends; i++) free(o.backends[i]);
+  bench_a2av_free(&o.a2av);
   return code;
 }

@@ -5,8 +5,11 @@ Strict table (parse_nccl_tests.parse(strict=True)): every data row exactly 13 fi
 most one line a bandwidth gate (/Avg bus bandwidth/) matches. Cases: single backend,
 side by side (host,sim:dgx-h100), a failing backend in a list, all_reduce_perf, the
 NCCL_TESTS_MIN_BW verdict, -J read with the keys nccl-tests' tools/analyze_perf_json.py
-uses, and under mpirun (np 2 table, np 3 straggler rows, NCCL_TESTS_SPLIT groups) when
-mpirun and the mpi plugin are there.
+uses, alltoallv/allgatherv (and *_perf) on host threads and sim with #wrong 0, a named
+backend that cannot run (host,nccl: Test failure) against "all" (skipped), and under
+mpirun (np 2 table, np 3 straggler rows, NCCL_TESTS_SPLIT groups, alltoallv/allgatherv
+on mpi alone and side by side with host, every rank in each block's "Using devices")
+when mpirun and the mpi plugin are there.
 
 Usage: test_bench_strict.py --bench BIN [--workdir DIR] [--no-mpi]
 """
@@ -99,6 +102,29 @@ def analyze_like(doc, label, nprocs=1):
           "%s: out_of_bounds %s" % (label, doc.get("out_of_bounds")))
 
 
+def ranks_of(device_lines):
+    return sorted(int(l.split()[2]) for l in device_lines)
+
+
+def v_checks(label, p, op, nrows):
+    """alltoallv/allgatherv: exit 0, strict table, nrows rows, every checked #wrong 0
+    (alltoallv has no in-place side: N/A), one gate line."""
+    check(p.returncode == 0, "%s: exit %d %s" % (label, p.returncode, p.stderr[-400:]))
+    res = strict(label, p.stdout)
+    check(len(res["rows"]) == nrows, "%s: %d rows (want %d)" % (label, len(res["rows"]), nrows))
+    for r in res["rows"]:
+        check(r["out_of_place"]["wrong"] == 0, "%s: out-of-place #wrong %s at %d" %
+              (label, r["out_of_place"]["wrong"], r["size"]))
+        want_ip = None if op == "alltoallv" else 0
+        check(r["in_place"]["wrong"] == want_ip, "%s: in-place #wrong %s at %d" %
+              (label, r["in_place"]["wrong"], r["size"]))
+    if "sim" in label and "," not in label:
+        check(not res["gate_lines"], "%s: modeled run prints a gate line" % label)
+    else:
+        one_gate(label, res)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
@@ -180,6 +206,31 @@ def main():
     check(p.returncode == 0, "MIN_BW 0: exit %d" % p.returncode)
     check(json.load(open(jpath))["average_bus_bandwidth"]["okay"] == "true", "MIN_BW 0: okay")
 
+    # 5b. the v-collectives and their nccl-tests names, threads and the modeled backend
+    for op in ("alltoallv", "allgatherv"):
+        for be, extra in (("host", ["-t", "3"]), ("sim:dgx-h100", ["-t", "4"])):
+            p = run([bench, op, "--backend", be] + extra + small, cwd=a.workdir)
+            v_checks("%s %s" % (op, be), p, op, 5)
+        perf = os.path.join(os.path.dirname(bench), op + "_perf")
+        p = run([perf, "-b", "8", "-e", "64K", "-f", "8", "-t", "2", "-n", "3"], cwd=a.workdir)
+        res = v_checks(op + "_perf", p, op, 5)
+        check("# Collective test starting: %s_perf" % op in p.stdout, op + "_perf: banner")
+
+    # 5c. a backend asked for by name that cannot run fails the run; "all" skips it
+    p = run([bench, "allreduce", "--backends", "host,nccl"] + small, cwd=a.workdir)
+    check(p.returncode != 0, "host,nccl without NCCL: exit 0")
+    check("Test failure" in p.stdout and "nccl" in p.stdout.split("Test failure")[1],
+          "host,nccl: no 'Test failure' naming nccl")
+    check("# backend nccl failed:" in p.stdout, "host,nccl: no '# backend nccl failed' line")
+    res = strict("host,nccl", p.stdout)
+    one_gate("host,nccl", res)
+    check(len(res["rows"]) == 5, "host,nccl: host's rows %d" % len(res["rows"]))
+    p = run([bench, "allreduce", "--backends", "all"] + small, cwd=a.workdir)
+    check(p.returncode == 0, "all: exit %d %s" % (p.returncode, p.stderr[-300:]))
+    check("Test failure" not in p.stdout, "all: Test failure")
+    check("# Backend: host" in p.stdout, "all: host did not run")
+    strict("all", p.stdout)
+
     # 6. under mpirun
     mpirun = shutil.which("mpirun")
     if a.no_mpi or not mpirun:
@@ -215,6 +266,23 @@ def main():
             res = strict("NCCL_TESTS_SPLIT", p.stdout)
             groups = sorted(int(d.split()[4]) for d in res["devices"])
             check(groups == [0, 1], "NCCL_TESTS_SPLIT=MOD 2: groups %s" % groups)
+            # the v-collectives on the mpi backend, 3 processes, and side by side with host
+            for op in ("alltoallv", "allgatherv"):
+                p = run(mp + ["3", bench, op, "--backend", "mpi"] + small, env=env, cwd=a.workdir)
+                res = v_checks("mpirun np 3 %s mpi" % op, p, op, 5)
+                check(ranks_of(res["devices"]) == [0, 1, 2],
+                      "mpirun np 3 %s: Using devices %s" % (op, res["devices"]))
+                p = run(mp + ["3", bench, op, "--backends", "mpi,host"] + small, env=env,
+                        cwd=a.workdir)
+                res = v_checks("mpirun np 3 %s mpi,host" % op, p, op, 10)
+                blocks = p.stdout.split("# Backend: ")[1:]
+                check(len(blocks) == 2 and blocks[0].startswith("mpi") and
+                      blocks[1].startswith("host"), "mpi,host: blocks %s" %
+                      [b.split("\n")[0] for b in blocks])
+                for blk in blocks:
+                    lines = [l.strip() for l in blk.splitlines() if l.startswith("#  Rank")]
+                    check(ranks_of(lines) == [0, 1, 2], "mpi,host %s: Using devices of %s: %s" %
+                          (op, blk.split("\n")[0], lines))
     shutil.rmtree(tmp, ignore_errors=True)
     if failures:
         print("%d failure(s)" % len(failures))
