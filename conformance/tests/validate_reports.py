@@ -25,14 +25,46 @@ def main():
 
 
 def check_checker(work):
-    """The junit-10 checker rejects what the Jenkins schema rejects."""
-    bad = os.path.join(work, "bad.xml")
-    with open(bad, "w") as f:
-        f.write('<testsuites skipped="1"><testsuite name="s" tests="1">'
-                '<testcase name="c"/><properties/></testsuite></testsuites>')
-    errs = junit10.check(bad)
-    assert any("'skipped'" in e for e in errs), errs
-    assert any("out of order" in e for e in errs), errs
+    """The junit-10 checker rejects what the Jenkins schema rejects, and accepts what it
+    accepts (children of <testsuite> in any order)."""
+    def errs_of(name, text):
+        path = os.path.join(work, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return junit10.check(path)
+    ok = ('<testsuites name="u" tests="1" failures="0" errors="0" time="1,234.5">'
+          '<testsuite name="s" tests="1" failures="0" errors="0" skipped="0" time="0.1">'
+          '<testcase name="c" classname="k" time="0.0"><skipped message="m"/></testcase>'
+          '<properties><property name="seed" value="1"/></properties></testsuite></testsuites>')
+    assert errs_of("good.xml", ok) == [], errs_of("good.xml", ok)
+    bad = {
+        # an extra attribute on each level
+        "extra-suites.xml": (ok.replace('<testsuites name="u"', '<testsuites skipped="1" name="u"'),
+                             "'skipped' is not allowed on <testsuites>"),
+        "extra-suite.xml": (ok.replace('skipped="0"', 'disabled="0"'),
+                            "'disabled' is not allowed on <testsuite>"),
+        "extra-case.xml": (ok.replace('classname="k"', 'status="run"'),
+                           "'status' is not allowed on <testcase>"),
+        "extra-result.xml": (ok.replace('message="m"', 'reason="m"'),
+                             "'reason' is not allowed on <skipped>"),
+        # a missing required attribute
+        "no-failures.xml": (ok.replace(' failures="0" errors="0" skipped', ' errors="0" skipped'),
+                            "<testsuite> needs attribute 'failures'"),
+        "no-errors.xml": (ok.replace(' errors="0" skipped', ' skipped'),
+                          "<testsuite> needs attribute 'errors'"),
+        "no-value.xml": (ok.replace(' value="1"', ''), "<property> needs attribute 'value'"),
+        "no-name.xml": (ok.replace('<testcase name="c" ', '<testcase '),
+                        "<testcase> needs attribute 'name'"),
+        # bad content
+        "bad-time.xml": (ok.replace('time="0.1"', 'time="-0.1"'), "is not a time"),
+        "bad-child.xml": (ok.replace('<skipped message="m"/>', '<skip/>'),
+                          "<skip> is not allowed in <testcase>"),
+        "bad-text.xml": (ok.replace('<properties>', 'oops<properties>'), "holds text"),
+    }
+    for name, (text, want) in bad.items():
+        errs = errs_of(name, text)
+        assert any(want in e for e in errs), (name, want, errs)
+    print("junit-10 checker: 1 valid file accepted, %d invalid ones rejected" % len(bad))
 
 
 def check_unavailable(exe, work):
