@@ -36,6 +36,7 @@ struct ul_backend_comm {
                                      beside us without a pidfd */
   volatile int lost_rank;         /* first rank seen dead, -1 none */
   MPI_Comm ctl;                   /* duplicate for revoke notices and the shrink agreement */
+  int ctl_ready;                  /* ctl's MPI_Comm_idup completed: it may be probed */
   unsigned char *ctl_buf;         /* shrink messages: nranks * (nranks + 2) bytes */
   volatile int revoked;           /* ul_comm_revoke here or a peer's notice seen */
   uint32_t shrinks;               /* ul_comm_shrink calls so far */

@@ -208,10 +208,16 @@ ul_result_t mpi_comm_liveness_setup(ul_backend_comm_t *c) {
 
 ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c) {
   MPI_Request req;
+  /* MPI_Comm_idup writes the handle before the duplicate is usable: the polling wait
+   * below must not probe it for revoke notices until it completes (ctl_ready). */
+  c->ctl_ready = 0;
   int rc = MPI_Comm_idup(c->comm, &c->ctl, &req);
   ul_result_t r = rc == MPI_SUCCESS ? mpi_waitall(c, 1, &req, "MPI_Comm_idup (control)", c->timeout_ms)
                                     : mpi_error_set(c, rc, "MPI_Comm_idup (control)");
-  if (r == UL_OK) MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
+  if (r == UL_OK) {
+    MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
+    c->ctl_ready = 1;
+  }
   c->ctl_buf = calloc((size_t)c->nranks * (size_t)(c->nranks + 2), 1);
   if (r == UL_OK && !c->ctl_buf)
     r = ul_backend_set_error(c->ucomm, UL_ERR_NO_MEMORY, "rank %d: out of memory", c->rank);
@@ -220,7 +226,7 @@ ul_result_t mpi_comm_ctl_setup(ul_backend_comm_t *c) {
 
 int mpi_revoke_seen(ul_backend_comm_t *c) {
   if (c->revoked) return 1;
-  if (c->ctl == MPI_COMM_NULL) return 0;
+  if (c->ctl == MPI_COMM_NULL || !c->ctl_ready) return 0;
   int flag = 0;
   MPI_Status st;
   if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_TAG_REVOKE, c->ctl, &flag, &st) == MPI_SUCCESS && flag) {
