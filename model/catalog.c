@@ -3,6 +3,7 @@
 #include "ul_model.h"
 #include "model_err.h"
 #include "topology_shape.h"
+#include "host_memory.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -582,7 +583,8 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
                           errlen) ||
       sim_catalog_get_num(intra, "bus_gbps", 0, 0, 1e7, &tmp.bus_gbps, wi, err, errlen) ||
       sim_catalog_get_num(intra, "efficiency", 0, 1e-3, 1.5, &tmp.intra.efficiency, wi, err,
-                          errlen))
+                          errlen) ||
+      ulsim__host_memory_parse(intra, &tmp, wi, err, errlen))
     goto out;
   if (cJSON_GetObjectItemCaseSensitive(intra, "switch")) {
     if (sim_catalog_resolve_link(intra, "switch", cat, &tmp.sw, wi, err, errlen)) goto out;

@@ -134,6 +134,13 @@ ul_result_t ulsim_bandwidths(const ulsim_topology_t *t, int nranks, ulsim_bw_t *
     case ULSIM_SHAPE_BUS:
       bw->ring = bw->pair = bw->inject = t->links_per_gpu * L;
       if (t->bus_gbps > 0 && t->bus_gbps < bw->ring) bw->ring = bw->pair = bw->inject = t->bus_gbps;
+      bw->bus_ring = bw->ring;
+      /* Without P2P every byte a GPU sends is written to host DRAM and read back by its
+       * peer (NCCL SHM transport), and all g GPUs send at once: DRAM carries 2 g x B. */
+      if (t->no_p2p) {
+        bw->host_cap = ulsim_host_memory_gbps(&t->host_mem) * t->host_mem.efficiency / (2.0 * g);
+        if (bw->host_cap < bw->ring) bw->ring = bw->pair = bw->inject = bw->host_cap;
+      }
       break;
   }
   if (t->has_nvls && g >= SIM_COST_NVLS_MIN_RANKS)
@@ -483,6 +490,18 @@ static void sim_cost_provenance_fill(const ulsim_topology_t *t, const ulsim_bw_t
                      use[i]->name, use[i]->source);
     if (w < 0 || (size_t)w >= sizeof out->sources - off) break;
     off += (size_t)w;
+  }
+  /* a binding host-memory cap is a figure the result rests on too; an assumed DRAM
+   * efficiency makes it no better than medium */
+  if (t->no_p2p && bw->host_cap > 0 && bw->host_cap < bw->bus_ring &&
+      (bw->nnodes == 1 || bw->host_cap < bw->inter)) {
+    const ulsim_host_memory_t *h = &t->host_mem;
+    if (h->assumed[0] && lo > 1) lo = 1;
+    snprintf(out->sources + off, sizeof out->sources - off,
+             "; host memory (no P2P, caps the ring): %d x %d ch x %g MT/s x %g B x %g%s%s%s",
+             h->sockets, h->channels_per_socket, h->mt_per_s, h->bytes_per_transfer,
+             h->efficiency, h->assumed[0] ? " (assumed: " : "", h->assumed,
+             h->assumed[0] ? ")" : "");
   }
   snprintf(out->confidence, sizeof out->confidence, "%s",
            lo == 2 ? "high" : lo == 1 ? "medium" : "low");

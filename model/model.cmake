@@ -8,6 +8,7 @@ set(UNILINK_MODEL_SOURCES
   ${UNILINK_MODEL_DIR}/topology_shape.c
   ${UNILINK_MODEL_DIR}/topology_params.c
   ${UNILINK_MODEL_DIR}/topology_write.c
+  ${UNILINK_MODEL_DIR}/host_memory.c
   ${UNILINK_MODEL_DIR}/cost.c
   ${UNILINK_MODEL_DIR}/tuner.c
   ${UNILINK_MODEL_DIR}/train.c)

@@ -2,6 +2,7 @@
  * ulsim_topology_parse reads, with sources and assumed figures kept. */
 #include "ul_model.h"
 #include "topology_shape.h"
+#include "host_memory.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -76,6 +77,7 @@ ul_result_t ulsim_topology_write(const ulsim_topology_t *t, FILE *f) {
   cJSON_AddNumberToObject(in, "links_per_gpu", t->links_per_gpu);
   cJSON_AddNumberToObject(in, "links_per_peer", t->links_per_peer);
   if (t->bus_gbps > 0) cJSON_AddNumberToObject(in, "bus_gbps", t->bus_gbps);
+  ulsim__host_memory_write(t, in);
   if (t->has_switch) cJSON_AddItemToObject(in, "switch", sim_catalog_link_json(&t->sw));
   if (t->has_nvls) cJSON_AddItemToObject(in, "nvls", sim_catalog_link_json(&t->nvls));
   if (t->has_inter) {

@@ -52,6 +52,21 @@ typedef enum ulsim_shape {
   ULSIM_SHAPE_BUS = 2     /* PCIe: one x16 port per GPU, optional shared cap */
 } ulsim_shape_t;
 
+/* Host memory of a PCIe node whose GPUs cannot reach each other directly ("p2p": false:
+ * GeForce cards, ACS/IOMMU, NCCL_P2P_DISABLE). NCCL then stages every ring byte in host
+ * memory (SHM transport): written by the sender, read by the receiver. */
+typedef struct ulsim_host_memory {
+  int sockets;
+  int channels_per_socket;
+  double mt_per_s;           /* DRAM transfer rate, MT/s (DDR5-4800: 4800) */
+  double bytes_per_transfer; /* bytes per channel per transfer (64-bit DDR channel: 8) */
+  double efficiency;         /* sustained / theoretical (STREAM-like), 0..1 */
+  char assumed[128];         /* fields marked assumed, ", "-joined */
+} ulsim_host_memory_t;
+
+/* Theoretical DRAM bandwidth of all sockets, GB/s (MT/s x bytes x channels x sockets). */
+double ulsim_host_memory_gbps(const ulsim_host_memory_t *h);
+
 /* A topology: a node (gpus_per_node GPUs on one scale-up fabric) times nodes, joined
  * by nics_per_node NICs of one scale-out fabric. */
 typedef struct ulsim_topology {
@@ -81,6 +96,8 @@ typedef struct ulsim_topology {
   int node_gpus;         /* GPUs in one node */
   int node_nics;         /* NICs in one node (nics_per_node: those the placed ranks use) */
   char assumed[512];     /* topology figures marked assumed, "; "-joined */
+  int no_p2p;            /* bus only: 1 = no GPU peer-to-peer, traffic through host memory */
+  ulsim_host_memory_t host_mem; /* set when no_p2p */
 } ulsim_topology_t;
 
 /* Parameters of a topology over a preset's defaults (0 / "" = keep the preset's). */
@@ -137,12 +154,18 @@ typedef struct ulsim_bw {
   double inject;   /* one GPU to all peers at once (direct algorithms) */
   double nvls_alg; /* NVLS allreduce algorithm bandwidth (0: no NVLS) */
   double inter;    /* one node's NICs together (0: single node) */
+  double bus_ring; /* bus: per-GPU PCIe figure before the host-memory cap */
+  double host_cap; /* bus without P2P: host DRAM x efficiency / (2 x ppn) (0: none) */
   double hop_intra[ULSIM_NPROTO];
   double hop_inter[ULSIM_NPROTO];
 } ulsim_bw_t;
 
 ul_result_t ulsim_bandwidths(const ulsim_topology_t *t, int nranks, ulsim_bw_t *bw, char *err,
                              size_t errlen);
+/* One sentence on the host-memory cap of @p bw (from ulsim_bandwidths on @p t): its
+ * formula with the numbers, and whether it binds. "" when the node has P2P. Returns buf. */
+const char *ulsim_host_memory_explain(const ulsim_topology_t *t, const ulsim_bw_t *bw, char *buf,
+                                      size_t len);
 
 #define ULSIM_MAX_CAND 48
 typedef struct ulsim_candidate {

@@ -108,6 +108,9 @@ static int model_cmd_topologies(void) {
            t.description);
     printf("%-22s       sources: %s\n", "", t.sources[0] ? t.sources : "(none given)");
     if (t.assumed[0]) printf("%-22s       assumed: %s\n", "", t.assumed);
+    char hm[768];
+    if (*ulsim_host_memory_explain(&t, &bw, hm, sizeof hm))
+      printf("%-22s       host memory: %s\n", "", hm);
   }
   printf("# <preset>x<N>: N nodes of a preset over its NICs (e.g. dgx-h100x8)\n");
   return 0;
@@ -201,7 +204,7 @@ static int model_cmd_collective(int argc, char **argv) {
       if (explain && c.cand[i].formula) printf("    formula: %s\n", c.cand[i].formula);
     }
     if (explain) {
-      ulsim_bw_t bw;
+      ulsim_bw_t bw = {0};
       if (ulsim_bandwidths(&t, (int)ranks, &bw, err, sizeof err) == UL_OK)
         printf("# constants: ring graph %.1f GB/s (%s x%d, line %.2f x eff %.3f), NVLS algbw %.1f, "
                "NICs %.1f GB/s, launch %.1f us; NCCL tables (2.30 src/graph/tuning.cc "
@@ -211,6 +214,8 @@ static int model_cmd_collective(int argc, char **argv) {
                "bytes / (1000 algbw) (ncclTopoGetAlgoTime)\n",
                bw.ring, t.intra.name, t.links_per_gpu ? t.links_per_gpu : t.links_per_peer,
                t.intra.line_gbps, t.intra.efficiency, bw.nvls_alg, bw.inter, t.launch_us);
+      char hm[768];
+      if (*ulsim_host_memory_explain(&t, &bw, hm, sizeof hm)) printf("# %s\n", hm);
       printf("# channels: time = run on the channels (ch) and threads (thr) NCCL launches at "
              "this size (enqueue.cc topoGetAlgoInfo; channels from search.cc, connect.cc); "
              "estimate = NCCL's own all-channel estimate it chooses on\n");
