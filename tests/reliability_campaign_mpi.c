@@ -1,5 +1,7 @@
-/* SIGKILL campaign on the mpi backend under mpirun (issue 16): randomized from a printed
- * seed, bounded (30 trials). Each trial starts `mpirun -np 3|4` of this program; every rank
+/* SIGKILL campaign under mpirun (issue 16): randomized from a printed seed, bounded (30
+ * trials), on the mpi backend or (--backend host) on host process ranks bootstrapped
+ * through MPI (ul_bootstrap_mpi("host")), where the mpi plugin's exit handler must not
+ * wait in MPI_Finalize for the dead rank either. Each trial starts `mpirun -np 3|4` of this program; every rank
  * loops over one collective (allreduce, broadcast, allgather, alltoall or barrier; small
  * or 1 MiB messages) and one of them SIGKILLs itself from a second thread at a random
  * moment, usually inside an MPI call. Every survivor must return UL_ERR_PEER_LOST naming
@@ -8,10 +10,10 @@
  * (mpirun must end), no process of the trial may be left, and no /dev/shm entry made by
  * the trial may remain (unilink's segments and the MPI's own shared-memory files).
  *
- *   reliability_campaign_mpi campaign IMPL LAUNCHER [LAUNCHER FLAGS...]
+ *   reliability_campaign_mpi campaign [--backend mpi|host] IMPL LAUNCHER [LAUNCHER FLAGS...]
  *     IMPL: openmpi or mpich (which launcher flags keep the survivors alive).
  *     UNILINK_TEST_SEED replays a campaign; UNILINK_TEST_TRIALS changes the count.
- *   reliability_campaign_mpi rank DIR VICTIM KIND COUNT DELAY_MS   (under mpirun)
+ *   reliability_campaign_mpi rank DIR VICTIM KIND COUNT DELAY_MS BACKEND   (under mpirun)
  *
  * Exit: 0 all trials passed, 1 a trial failed, 77 skipped (the reason is printed). */
 #define _GNU_SOURCE
@@ -73,18 +75,37 @@ static void *killer(void *arg) {
   return NULL;
 }
 
+/* "unilink-<tag>": the prefix of a host job's /dev/shm segments, from its unique id
+ * (core header of 64 bytes, then "ulh1", a 16-byte token, the uid, the 8-byte tag). */
+static int host_job_prefix(const ul_unique_id_t *id, char *out, size_t len) {
+  if (memcmp(id->internal + 64, "ulh1", 4) != 0) return -1; /* layout changed */
+  int n = snprintf(out, len, "unilink-");
+  for (int i = 0; i < 8 && n > 0 && (size_t)n < len; i++)
+    n += snprintf(out + n, len - (size_t)n, "%02x", (unsigned char)id->internal[64 + 24 + i]);
+  return 0;
+}
+
 static int rank_main(int argc, char **argv) {
-  if (argc != 7) return 2;
+  if (argc != 8) return 2;
+  const char *backend = argv[7];
   snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
   int victim = atoi(argv[3]), kind = atoi(argv[4]);
   size_t count = (size_t)strtoull(argv[5], NULL, 10);
   g_delay_ms = atoi(argv[6]);
   ul_unique_id_t id;
   int rank = -1, n = 0;
-  ul_result_t rc = ul_bootstrap_mpi("mpi", &id, &rank, &n);
+  ul_result_t rc = ul_bootstrap_mpi(backend, &id, &rank, &n);
   if (rc != UL_OK) {
     fprintf(stderr, "ul_bootstrap_mpi: %s: %s\n", ul_result_name(rc), ul_last_error());
     return 2;
+  }
+  char prefix[64];
+  if (!strcmp(backend, "host") && rank == 0) {
+    if (host_job_prefix(&id, prefix, sizeof prefix) != 0) {
+      fprintf(stderr, "host unique id layout changed: update host_job_prefix\n");
+      return 2;
+    }
+    write_file("prefix", prefix);
   }
   ul_comm_t c = NULL;
   ul_config_t cfg = cfg_ms(TIMEOUT_MS);
@@ -198,6 +219,52 @@ static int read_text(const char *dir, const char *name, char *buf, size_t len) {
   return 0;
 }
 
+/* Does a running process map or hold open `path`? Then the file is a live job's (other
+ * MPI jobs share /dev/shm on a CI machine), not one the trial left behind. */
+static int file_in_use(const char *path) {
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  struct dirent *de;
+  int used = 0;
+  char name[300], line[1024];
+  while (!used && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+    snprintf(name, sizeof name, "/proc/%s/maps", de->d_name);
+    FILE *f = fopen(name, "r");
+    while (f && !used && fgets(line, sizeof line, f)) used = strstr(line, path) != NULL;
+    if (f) fclose(f);
+    snprintf(name, sizeof name, "/proc/%s/fd", de->d_name);
+    DIR *fd = used ? NULL : opendir(name);
+    struct dirent *fe;
+    while (fd && !used && (fe = readdir(fd)) != NULL) {
+      char link[600], target[400];
+      snprintf(link, sizeof link, "%s/%s", name, fe->d_name);
+      ssize_t n = readlink(link, target, sizeof target - 1);
+      if (n > 0) {
+        target[n] = 0;
+        used = strcmp(target, path) == 0;
+      }
+    }
+    if (fd) closedir(fd);
+  }
+  closedir(d);
+  return used;
+}
+
+/* Occurrences of needle in the file dir/name (read up to 256 KiB). */
+static int count_in_file(const char *dir, const char *name, const char *needle) {
+  size_t cap = 256 * 1024;
+  char *buf = malloc(cap);
+  if (!buf || read_text(dir, name, buf, cap) != 0) {
+    free(buf);
+    return 0;
+  }
+  int n = 0;
+  for (const char *p = buf; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  free(buf);
+  return n;
+}
+
 static void rm_dir(const char *dir) {
   DIR *d = opendir(dir);
   if (d) {
@@ -222,7 +289,7 @@ typedef struct stats {
 
 /* One trial: 0 passed, 1 failed (why is printed). */
 static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, int nl,
-                     const char *self, stats_t *st) {
+                     const char *self, const char *backend, stats_t *st) {
   char dir[] = "/tmp/ul-mpikill-XXXXXX";
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -237,7 +304,8 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
   char *argv[64];
   int a = 0;
   for (int i = 0; i < nl && a < 48; i++) argv[a++] = launcher[i];
-  char *tail[] = {"-np", np, (char *)self, "rank", dir, victim, kind, count, delay, NULL};
+  char *tail[] = {"-np", np,    (char *)self, "rank", dir,
+                  victim, kind, count,        delay,  (char *)backend, NULL};
   for (int i = 0; tail[i]; i++) argv[a++] = tail[i];
   argv[a] = NULL;
   char *before = shm_list();
@@ -315,6 +383,15 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
       WHY(" rank %d did not finish on the shrunk communicator: %.200s;", i, text + 10);
   }
   if (killed > 0 && ended - killed > st->exit_max) st->exit_max = ended - killed;
+  /* MPI_Finalize would wait for the dead rank: every survivor's exit must skip it, on
+   * the mpi backend and on host ranks that only bootstrapped through MPI alike (the mpi
+   * plugin's exit handler says so on stderr, which mpirun forwards). */
+  int survivors = 0;
+  for (int i = 0; i < t->n; i++) survivors += pids[i] > 0;
+  int skipped = count_in_file(dir, "launcher.log", "exiting without MPI_Finalize");
+  if (!hang && skipped < survivors)
+    WHY(" %d of %d survivors exited through MPI_Finalize (which may wait for the dead rank);",
+        survivors - skipped, survivors);
   /* Nothing of the trial may run on: the launcher's group and every survivor are gone. */
   sleep_ms(20);
   if (kill(-pid, 0) == 0) {
@@ -323,6 +400,14 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
   }
   for (int i = 0; i < t->n; i++)
     if (pids[i] > 0 && kill(pids[i], 0) == 0) WHY(" rank %d (pid %d) still runs;", i, (int)pids[i]);
+  /* A host job's segments all start with its prefix: none may be left. */
+  if (read_text(dir, "prefix", text, sizeof text) == 0 && text[0]) {
+    char list[512];
+    int left = job_segments(text, list, sizeof list);
+    if (left) WHY(" %d segment(s) of the job left: %s;", left, list);
+  } else if (!strcmp(backend, "host")) {
+    WHY(" rank 0 wrote no job prefix;");
+  }
   /* Every /dev/shm entry that appeared during the trial and is still there is a leak,
    * unless it belongs to another job running meanwhile: unilink segments name their
    * creator's pid, the MPI's files are checked by name after a second look. */
@@ -339,15 +424,14 @@ static int run_trial(int no, const trial_t *t, uint64_t seed, char **launcher, i
           snprintf(pat, sizeof pat, "-%d-", (int)pids[i]);
           if (pids[i] > 0 && strstr(p, pat)) ours = 1;
         }
-        /* Another job's file disappears when that job ends; ours never does. Give
-         * concurrent jobs a moment and look again. */
+        /* Another job's file is mapped or open by its live processes (and disappears
+         * when that job ends); ours are not: every process of the trial is gone. */
         if (!ours) {
           sleep_ms(200);
           char path[320];
           snprintf(path, sizeof path, "/dev/shm/%s", p);
           struct stat sb;
-          ours = stat(path, &sb) == 0 && sb.st_mtime <= time(NULL) - 0 &&
-                 strstr(p, "unilink-") == NULL;
+          ours = stat(path, &sb) == 0 && strstr(p, "unilink-") == NULL && !file_in_use(path);
         }
         if (ours) {
           leaks++;
@@ -438,13 +522,24 @@ static int launcher_keeps_survivors(char **launcher, int nl, const char *self) {
 
 static int campaign_main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s campaign openmpi|mpich LAUNCHER [FLAGS...]\n", argv[0]);
+    fprintf(stderr, "usage: %s campaign [--backend mpi|host] openmpi|mpich LAUNCHER [FLAGS...]\n",
+            argv[0]);
     return 2;
   }
-  const char *impl = argv[2];
+  const char *backend = "mpi";
+  int first = 2;
+  if (!strcmp(argv[2], "--backend")) {
+    backend = argv[3];
+    first = 4;
+    if ((strcmp(backend, "mpi") && strcmp(backend, "host")) || argc < 6) {
+      fprintf(stderr, "--backend takes mpi or host, then IMPL LAUNCHER\n");
+      return 2;
+    }
+  }
+  const char *impl = argv[first];
   char *launcher[48];
   int nl = 0;
-  for (int i = 3; i < argc && nl < 40; i++) launcher[nl++] = argv[i];
+  for (int i = first + 1; i < argc && nl < 40; i++) launcher[nl++] = argv[i];
   /* What keeps the survivors alive after one rank dies: Open MPI's mpirun aborts the
    * whole job unless told to recover; hydra's mpiexec cleans up every rank unless told
    * not to. */
@@ -471,8 +566,9 @@ static int campaign_main(int argc, char **argv) {
   const char *tn = getenv("UNILINK_TEST_TRIALS");
   int trials = tn ? atoi(tn) : TRIALS;
   if (trials < 1 || trials > 1000) trials = TRIALS;
-  printf("mpi SIGKILL campaign: %d trials, seed %llu (UNILINK_TEST_SEED replays), %s launcher "
-         "%s\n", trials, (unsigned long long)seed, impl, launcher[0]);
+  printf("%s SIGKILL campaign under mpirun: %d trials, seed %llu (UNILINK_TEST_SEED replays), "
+         "%s launcher %s\n",
+         backend, trials, (unsigned long long)seed, impl, launcher[0]);
   fflush(stdout);
   uint64_t s = seed;
   stats_t st = {0};
@@ -484,14 +580,14 @@ static int campaign_main(int argc, char **argv) {
     t.kind = (int)(rng_next(&s) % C_KINDS);
     t.count = rng_next(&s) % 2 ? 16 : ((size_t)1 << 18) / (size_t)t.n; /* small or 1 MiB */
     t.delay_ms = (int)(rng_next(&s) % 40);
-    if (run_trial(no, &t, seed, launcher, nl, self, &st)) st.failed++;
+    if (run_trial(no, &t, seed, launcher, nl, self, backend, &st)) st.failed++;
     else st.passed++;
     fflush(stdout);
   }
-  printf("mpi SIGKILL campaign: %d/%d trials passed, hangs %d, leaks %d; detection latency "
+  printf("%s SIGKILL campaign under mpirun: %d/%d trials passed, hangs %d, leaks %d; detection latency "
          "(kill to survivor's return) max %.1f ms, mean %.1f ms over %d survivors; mpirun "
          "ended <= %.0f ms after a kill; %.1f s in all (seed %llu)\n",
-         st.passed, trials, st.hangs, st.leaks, st.lat_max,
+         backend, st.passed, trials, st.hangs, st.leaks, st.lat_max,
          st.lat_n ? st.lat_sum / st.lat_n : 0.0, st.lat_n, st.exit_max,
          (now_ms() - t0) / 1e3, (unsigned long long)seed);
   return st.failed ? 1 : 0;
@@ -501,6 +597,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "rank")) return rank_main(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "campaign")) return campaign_main(argc, argv);
   if (argc >= 2 && !strcmp(argv[1], "probe")) return probe_main(argc, argv);
-  fprintf(stderr, "usage: %s campaign openmpi|mpich LAUNCHER [FLAGS...]\n", argv[0]);
+  fprintf(stderr, "usage: %s campaign [--backend mpi|host] openmpi|mpich LAUNCHER [FLAGS...]\n",
+          argv[0]);
   return 2;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "failure_seen.h"
 #include "generic/generic.h"
 #include "ul_core.h"
 
@@ -627,6 +628,7 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   if (claim < 0) /* not live: the handle may be freed memory, so it is not read */
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_comm_abort: comm is NULL or invalid");
   if (claim > 0) return UL_OK; /* not read: the first abort may have freed it */
+  ul__failure_note(UL_ERR_ABORTED); /* peers may be left waiting: see failure_seen.c */
   if (comm_init_join(comm)) {
     comm_free(comm);
     return UL_OK;

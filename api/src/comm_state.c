@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failure_seen.h"
 #include "ul_core.h"
 
 /* The handle is one of ours and not freed (it may still be initializing). */
@@ -110,6 +111,7 @@ void ul__comm_lock(ul_comm_t c) { pthread_mutex_lock((pthread_mutex_t *)c->lock)
 void ul__comm_unlock(ul_comm_t c) { pthread_mutex_unlock((pthread_mutex_t *)c->lock); }
 
 static ul_result_t comm_vset_error(ul_comm_t comm, ul_result_t rc, const char *fmt, va_list ap) {
+  ul__failure_note(rc); /* a launcher's finalize must not wait for a lost peer */
   char buf[512];
   ul__vformat_error(buf, sizeof buf, fmt, ap);
   if (!ul__comm_alive(comm)) return ul__set_thread_error(rc, "%s", buf);

@@ -171,12 +171,14 @@ static int mpi_create_user_ops(void) {
 /* After a timeout, a lost peer or an abort, MPI_Finalize may wait forever for a peer that
  * is gone (seen with Open MPI 4.1 under mpirun --enable-recovery: 10 of 85 survivors hung
  * here). Exit without it then: the launcher reaps the job, and "no call blocks forever"
- * includes exit. UNILINK_MPI_FINALIZE_AFTER_ERROR=1 finalizes anyway. */
+ * includes exit. The failure may have been seen by this backend (trouble) or by any other
+ * communicator of the process, e.g. host ranks bootstrapped with ul_bootstrap_mpi
+ * (ul_backend_failure_seen). UNILINK_MPI_FINALIZE_AFTER_ERROR=1 finalizes anyway. */
 static void mpi_backend_atexit(void) {
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
-  if (mpi_g.trouble) {
+  if (mpi_g.trouble || ul_backend_failure_seen()) {
     const char *v = getenv("UNILINK_MPI_FINALIZE_AFTER_ERROR");
     if (!v || strcmp(v, "1") != 0) {
       fprintf(stderr, "unilink mpi: exiting without MPI_Finalize after a communication error "

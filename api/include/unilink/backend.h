@@ -303,6 +303,12 @@ typedef const ul_backend_ops_t *(*ul_backend_entry_fn)(void);
 UL_API ul_result_t ul_backend_set_error(ul_comm_t comm, ul_result_t result, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/** 1 once any communicator of this process, on any backend, has seen a lost peer, a
+ *  timeout, a revoke or an abort (ul_comm_abort included); else 0. A launcher plugin
+ *  reads it at exit: a job-wide finalize (MPI_Finalize) would wait for a peer that may be
+ *  gone. Any thread. */
+UL_API int ul_backend_failure_seen(void);
+
 /** Log levels of UNILINK_DEBUG. */
 typedef enum ul_log_level {
   UL_LOG_NONE = 0,
