@@ -100,8 +100,14 @@ typedef enum ul_dtype {
 } ul_dtype_t;
 
 /** Reduction operators, one meaning on every backend (docs/reliability.md). avg = sum,
- *  then divided by the number of ranks. Integer sum/avg wrap modulo 2^bits (never
- *  saturate). min/max on floats: NaN if any input is NaN, and -0 < +0. */
+ *  then divided once by the number of ranks (integers: C division, truncated toward
+ *  zero, -7 / 2 = -3). Integer sum/avg wrap modulo 2^bits (never saturate). min/max on
+ *  floats: NaN if any input is NaN, and -0 < +0. fp16/bf16/fp8 round per step: each
+ *  combination of two partial results is computed in float and rounded to the dtype
+ *  (nearest even), as NCCL does in half precision; the order of the steps depends on
+ *  the algorithm and the rank count, so a sum that is not exact in the dtype may differ
+ *  in the last place between backends, algorithms or rank counts (every rank of one
+ *  call gets the same value). */
 typedef enum ul_op {
   UL_SUM = 0,
   UL_PROD = 1,
@@ -480,11 +486,12 @@ UL_API ul_result_t ul_stream_query(ul_stream_t stream);
 UL_API ul_result_t ul_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                 ul_dtype_t dtype, ul_op_t op, ul_comm_t comm, ul_stream_t stream);
 /** Copy count elements from root's sendbuf to every rank's recvbuf. sendbuf is read on
- *  root only (may be NULL elsewhere). In place when sendbuf == recvbuf on root. */
+ *  root only (may be NULL elsewhere, and is not written). In place when
+ *  sendbuf == recvbuf on root. */
 UL_API ul_result_t ul_broadcast(const void *sendbuf, void *recvbuf, size_t count,
                                 ul_dtype_t dtype, int root, ul_comm_t comm, ul_stream_t stream);
-/** Reduce into root's recvbuf (recvbuf may be NULL off root). In place when
- *  sendbuf == recvbuf. */
+/** Reduce into root's recvbuf (recvbuf may be NULL off root; off root it is neither
+ *  read nor written). In place when sendbuf == recvbuf. */
 UL_API ul_result_t ul_reduce(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                              ul_op_t op, int root, ul_comm_t comm, ul_stream_t stream);
 /** recvbuf (nranks * sendcount) = concatenation of every rank's sendbuf (sendcount).
@@ -492,7 +499,9 @@ UL_API ul_result_t ul_reduce(const void *sendbuf, void *recvbuf, size_t count, u
 UL_API ul_result_t ul_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                 ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream);
 /** Reduce sendbuf (nranks * recvcount) across ranks; rank r gets block r in recvbuf.
- *  In place when recvbuf == sendbuf + rank * recvcount * size. */
+ *  In place when recvbuf == sendbuf + rank * recvcount * size; then only that block
+ *  changes, the other blocks keep this rank's input (MPI_IN_PLACE's scratch rule does
+ *  not apply). */
 UL_API ul_result_t ul_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                      ul_dtype_t dtype, ul_op_t op, ul_comm_t comm,
                                      ul_stream_t stream);
@@ -519,11 +528,13 @@ UL_API ul_result_t ul_allgatherv(const void *sendbuf, size_t sendcount, void *re
                                  const size_t *recvcounts, const size_t *displs,
                                  ul_dtype_t dtype, ul_comm_t comm, ul_stream_t stream);
 /** Root's recvbuf (nranks * count) gets every rank's sendbuf in rank order; recvbuf may
- *  be NULL off root. In place when sendbuf == recvbuf + root * count * size on root. */
+ *  be NULL off root (off root it is neither read nor written). In place when
+ *  sendbuf == recvbuf + root * count * size on root. */
 UL_API ul_result_t ul_gather(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                              int root, ul_comm_t comm, ul_stream_t stream);
 /** Block r of root's sendbuf (nranks * count) goes to rank r's recvbuf; sendbuf may be
- *  NULL off root. In place when recvbuf == sendbuf + root * count * size on root. */
+ *  NULL off root (off root it is not read); root's sendbuf is not written. In place
+ *  when recvbuf == sendbuf + root * count * size on root. */
 UL_API ul_result_t ul_scatter(const void *sendbuf, void *recvbuf, size_t count, ul_dtype_t dtype,
                               int root, ul_comm_t comm, ul_stream_t stream);
 /** Returns (or completes on the stream) once every rank has entered it. */
