@@ -118,6 +118,10 @@ static int model_cmd_topologies(void) {
 
 /* ------------------------------------------------------------------ collective */
 
+static int model_conf_rank(const char *c) {
+  return !strcmp(c, "high") ? 2 : !strcmp(c, "medium") ? 1 : 0;
+}
+
 static int model_cmd_collective(int argc, char **argv) {
   if (argc < 1) return model_usage(stderr);
   ul_coll_t coll;
@@ -232,16 +236,21 @@ static int model_cmd_collective(int argc, char **argv) {
     return 0;
   }
   printf("%14s %12s %10s %10s  %s\n", "size(B)", "time(us)", "algbw", "busbw", "algorithm");
+  /* the sweep's provenance is its least confident row's (a report labels the curve) */
+  static ulsim_cost_t least;
+  int nrows = 0;
   for (double b = minb; b <= maxb * 1.000001; b = b * fac) {
-    ulsim_cost_t c;
+    static ulsim_cost_t c;
     if (ulsim_cost(&t, coll, b, (int)ranks, algo, &c, err, sizeof err) != UL_OK) {
       fprintf(stderr, "unilink-model: %s\n", err);
       return 1;
     }
     printf("%14.0f %12.2f %10.2f %10.2f  %s/%s\n", b, c.time_us, c.algbw_gbps, c.busbw_gbps,
            c.algorithm, ulsim_proto_name(c.proto));
+    if (!nrows++ || model_conf_rank(c.confidence) < model_conf_rank(least.confidence)) least = c;
     if (b == 0) b = 1;
   }
+  if (nrows) printf("# %s\n", ulsim_cost_provenance(&least, prov, sizeof prov));
   return 0;
 }
 

@@ -33,6 +33,12 @@ FAMILY_NAMES = {"nvlink": "NVLink", "pcie": "PCIe Gen", "xgmi": "AMD xGMI",
                 "nvswitch": "NVSwitch"}
 CONF_RANK = {"high": 3, "medium": 2, "low": 1}
 
+def _nop2p(topo):
+    """A PCIe preset without GPU peer-to-peer ("p2p": false: its name or description says
+    so, as `unilink-model topologies` prints them)."""
+    return bool(re.search(r"no.?p2p|without p2p", topo["name"] + " " + topo["description"], re.I))
+
+
 # The families the report should cover; each is (label, predicate over a topology row
 # enriched with its scale-up link). Missing ones are listed as such.
 EXPECTED = [
@@ -41,9 +47,10 @@ EXPECTED = [
     ("NVLink 5 + NVSwitch (8 GPUs)", lambda t, l: l["family"] == "nvlink" and l["gen"] == "5" and t["gpus"] <= 8),
     ("NVL72 (72-GPU NVLink 5 domain)", lambda t, l: l["family"] == "nvlink" and t["gpus"] >= 36),
     ("NVLink 3 (A100)", lambda t, l: l["family"] == "nvlink" and l["gen"] == "3"),
-    ("PCIe Gen4", lambda t, l: l["family"] == "pcie" and l["gen"] == "4"),
-    ("PCIe Gen5", lambda t, l: l["family"] == "pcie" and l["gen"] == "5"),
-    ("PCIe without P2P (staged through host memory)", lambda t, l: l["family"] == "pcie" and re.search(r"no.?p2p|without p2p", t["name"] + " " + t["description"], re.I)),
+    ("PCIe Gen4 with P2P", lambda t, l: l["family"] == "pcie" and l["gen"] == "4" and not _nop2p(t)),
+    ("PCIe Gen5 with P2P", lambda t, l: l["family"] == "pcie" and l["gen"] == "5" and not _nop2p(t)),
+    ("PCIe Gen4 without P2P (staged through host memory)", lambda t, l: l["family"] == "pcie" and l["gen"] == "4" and _nop2p(t)),
+    ("PCIe Gen5 without P2P (staged through host memory)", lambda t, l: l["family"] == "pcie" and l["gen"] == "5" and _nop2p(t)),
     ("PCIe with NVLink bridges", lambda t, l: re.search(r"bridge", t["name"] + " " + t["description"], re.I)),
     ("AMD xGMI (MI300X)", lambda t, l: l["family"] == "xgmi"),
     ("Huawei HCCS", lambda t, l: l["family"] == "hccs"),
@@ -102,7 +109,7 @@ def topo_label(topo, link):
     sep = "" if fam.endswith("Gen") else " "
     kind = f"{fam}{sep}{gen}".strip() if gen else fam
     shape = {"switch": "switch", "mesh": "mesh", "bus": "bus"}.get(topo["shape"], topo["shape"])
-    extra = " +NVLS" if topo["nvls"] else ""
+    extra = " +NVLS" if topo["nvls"] else " no P2P" if _nop2p(topo) else ""
     return f"{topo['name']} ({kind} x{topo['links']} {shape}{extra})"
 
 
@@ -150,8 +157,6 @@ def _missing_note(label, links):
     fam = {"Cambricon MLU-Link": "mlu-link", "Intel Xe Link": "xelink"}.get(label)
     if fam and any(l["family"] == fam for l in links):
         return "link in the catalog, no topology preset (write one for --topology FILE)"
-    if "P2P" in label:
-        return "the model has no P2P/no-P2P distinction for PCIe yet"
     return "no preset in the catalog"
 
 

@@ -230,7 +230,8 @@ class NumbersTest(unittest.TestCase):
             "NVL72": lambda t: t["family"] == "nvlink" and t["gen"] == "5" and t["gpus"] >= 72,
             "PCIe Gen4 with P2P": lambda t: t["family"] == "pcie" and t["gen"] == "4" and not t["nop2p"],
             "PCIe Gen5 with P2P": lambda t: t["family"] == "pcie" and t["gen"] == "5" and not t["nop2p"],
-            "PCIe without P2P": lambda t: t["family"] == "pcie" and t["nop2p"],
+            "PCIe Gen4 without P2P": lambda t: t["family"] == "pcie" and t["gen"] == "4" and t["nop2p"],
+            "PCIe Gen5 without P2P": lambda t: t["family"] == "pcie" and t["gen"] == "5" and t["nop2p"],
             "AMD xGMI": lambda t: t["family"] == "xgmi",
             "Huawei HCCS": lambda t: t["family"] == "hccs",
             "Cambricon MLU-Link": lambda t: t["family"] == "mlu-link",
@@ -238,7 +239,7 @@ class NumbersTest(unittest.TestCase):
             "UALink": lambda t: t["family"] == "ualink",
         }
         # families the model cannot express yet: the report must say so, not hide it
-        known_gaps = {"PCIe without P2P": "PCIe without P2P"}
+        known_gaps = {}
         _, modeled = md_table(MODELED_HEAD)
         _, coverage = md_table(("interconnect family", "presets"))
         modeled_names = {row[1].split(" (")[0] for row in modeled}
@@ -250,6 +251,12 @@ class NumbersTest(unittest.TestCase):
                 continue
             self.assertTrue(have, f"no preset of family {family}")
             self.assertTrue(modeled_names & set(have), f"{family}: {have} not in the report")
+        # PCIe without P2P is modeled (host-memory cap), so the coverage table names presets
+        nop2p = [c for c in coverage if "without P2P" in c[0]]
+        self.assertEqual(len(nop2p), 2, coverage)
+        for c in nop2p:
+            self.assertNotEqual(c[1], "MISSING", c)
+            self.assertIn("nop2p", c[1], c)
 
 
 def printed_tables(text, backend=None):

@@ -204,7 +204,12 @@ def parse_model_collective_text(text):
     one = re.compile(r"^size .*?: (\S+) (" + NUM + r") us, algbw (" + NUM +
                      r") GB/s, busbw (" + NUM + r") GB/s")
     size_one = None
+    conf = None
     for line in text.splitlines():
+        c = re.match(r"^# confidence (\w+)", line)
+        if c:
+            conf = c.group(1)
+            continue
         m = one.match(line)
         if m:
             rows.append(dict(size=size_one, time_us=float(m.group(2)),
@@ -217,6 +222,9 @@ def parse_model_collective_text(text):
                              busbw=float(f[3]), algorithm=f[4]))
     if not rows:
         raise ToolError("unilink-model collective printed no result rows")
+    if conf:
+        for r in rows:
+            r["confidence"] = conf
     return rows
 
 
