@@ -1,47 +1,9 @@
-/* Collective matrix expansion and the shared driver. */
+/* The collective engine's driver: matrix expansion, and the one case function that runs
+ * every collective descriptor (coll_move.c, coll_reduce.c, coll_vector.c) with the same
+ * checks. Above the descriptors and the helpers they share (coll_buf.c, expect.c). */
 #include <stdlib.h>
 
 #include "coll.h"
-
-void cf_exp_reduce(void *arg, size_t i, void *elem) {
-  cf_exp_t *x = arg;
-  ul_value_store(x->g->dtype, elem, cf_ref_reduce(x->g, x->base + i));
-}
-void cf_exp_reduce_scaled(void *arg, size_t i, void *elem) {
-  cf_exp_t *x = arg;
-  ul_value_store(x->g->dtype, elem, x->scale * cf_ref_reduce(x->g, x->base + i));
-}
-void cf_exp_input(void *arg, size_t i, void *elem) {
-  cf_exp_t *x = arg;
-  cf_gen_elem(x->g, x->rank, x->base + i, elem);
-}
-void cf_exp_blocks(void *arg, size_t i, void *elem) {
-  cf_exp_t *x = arg;
-  cf_gen_elem(x->g, (int)(i / x->blk), x->base + i % x->blk, elem);
-}
-void cf_exp_alltoall(void *arg, size_t i, void *elem) {
-  cf_exp_t *x = arg;
-  cf_gen_elem(x->g, (int)(i / x->blk), (size_t)x->rank * x->blk + i % x->blk, elem);
-}
-
-int cf_need(cf_ctx_t *ctx, int coll, int dtype, int op) {
-  const ul_backend_info_t *b = ctx->info;
-  if (coll >= 0 && !(b->collectives & (1u << coll))) {
-    cf_skip(ctx, "this case also uses %s, which the backend does not declare", cf_coll_name(coll));
-    return -1;
-  }
-  if (dtype >= 0 && !(b->dtypes & (1u << dtype))) {
-    cf_skip(ctx, "this case also uses dtype %s, which the backend does not declare",
-            cf_dtype_name(dtype));
-    return -1;
-  }
-  if (op >= 0 && (!(b->ops & (1u << op)) || !(b->reduce_dtypes & (1u << dtype)))) {
-    cf_skip(ctx, "this case also uses %s on %s, which the backend does not declare",
-            cf_op_name(op), cf_dtype_name(dtype));
-    return -1;
-  }
-  return 0;
-}
 
 static const cf_coll_desc_t *cf_coll_desc(int coll) {
   switch (coll) {
@@ -115,31 +77,6 @@ void cf_expand_coll(const cf_case_t *c, int n, const cf_opts_t *o, const ul_back
       }
     }
   }
-}
-
-void *cf_coll_buf(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int poison) {
-  size_t bytes = elems * s->sz;
-  void *p = cf_alloc(ctx, bytes);
-  if (p && poison && cf_poison(ctx, p, bytes)) return NULL;
-  return p;
-}
-
-int cf_coll_send(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems, int fill_rank, int is_input) {
-  s->send_elems = elems;
-  s->send = cf_coll_buf(ctx, s, elems, 0);
-  if (!s->send) return -1;
-  if (cf_fill(ctx, &s->g, fill_rank, 0, elems, s->send)) return -1;
-  s->send_is_input = is_input;
-  s->send_arg = s->send;
-  return 0;
-}
-
-int cf_coll_recv(cf_ctx_t *ctx, cf_coll_state_t *s, size_t elems) {
-  s->recv_elems = elems;
-  s->recv = cf_coll_buf(ctx, s, elems, 1);
-  if (!s->recv) return -1;
-  s->recv_arg = s->recv;
-  return 0;
 }
 
 static void cf_coll_state_init(cf_ctx_t *ctx, cf_coll_state_t *s) {

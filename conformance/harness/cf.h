@@ -105,7 +105,7 @@ typedef struct cf_case {
 extern const cf_case_t cf_cases[];
 extern const int cf_ncases;
 
-/* ---------------------------------------------------------------- oob */
+/* ---------------------------------------------------------------- oob (oob.c) */
 int cf_oob_barrier(cf_oob_t *oob);
 /* Every rank contributes `bytes` (<= CF_OOB_SLOT); all receive nranks records. 0 or -1. */
 #define CF_OOB_SLOT 512

@@ -31,7 +31,7 @@ typedef struct cf_plan {
   char world_error[CF_MSG]; /* launcher-level failure for this rank count */
 } cf_plan_t;
 
-/* Planning (main.c). */
+/* Planning (plan.c). */
 int cf_plan_build(const cf_opts_t *o, const ul_backend_info_t *info, int nranks, cf_plan_t *p);
 void cf_plan_free(cf_plan_t *p);
 
