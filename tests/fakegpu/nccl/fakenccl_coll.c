@@ -1,5 +1,6 @@
-/* Collectives of the fake NCCL: argument checks, enqueueing, the one-rank path, the
- * collective protocol over the segment, the API entry points and user reduction ops.
+/* Collectives of the fake NCCL: argument checks, enqueueing into the caller's group, the
+ * one-rank path, the entry points (collectives, send, recv) and user reduction ops: the
+ * top of the library. What the tasks run is in fakenccl_kernel.c and fakenccl_p2p.c.
  * See fakenccl.c. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
@@ -10,25 +11,6 @@
 #include "fakenccl_int.h"
 
 /* ================================================================ argument checks */
-
-/* CudaPtrCheck: cudaPointerGetAttributes must know the pointer and, for device memory,
- * place it on the communicator's device. */
-ncclResult_t cuda_ptr_check(const void *p, ncclComm_t c, const char *what, const char *opname) {
-  struct cudaPointerAttributes attr;
-  memset(&attr, 0, sizeof attr);
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e != cudaSuccess || attr.devicePointer == NULL) {
-    (void)cudaGetLastError();
-    fn_warn("%s : %s %p is not a valid pointer", opname, what, p);
-    return ncclInvalidArgument;
-  }
-  if (attr.type == cudaMemoryTypeDevice && attr.device != c->dev) {
-    fn_warn("%s : %s allocated on device %d mismatchs with NCCL device %d", opname, what,
-            attr.device, c->dev);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
 
 static int check_pointers(void) { return env_int("FAKEGPU_NCCL_CHECK_POINTERS", 1) != 0; }
 
@@ -226,84 +208,6 @@ static ncclResult_t one_rank(fn_op_t *o) {
   return ncclSuccess;
 }
 
-/* Sizes in elements a rank contributes/receives per peer, and the bytes of its buffers. */
-static int multi_segment(fn_kind_t k) {
-  return k == K_REDUCESCATTER || k == K_ALLTOALL || k == K_SCATTER;
-}
-
-/* One collective over the segment, in steps of at most one staging chunk per rank. */
-int run_coll(ncclComm_t c, fn_op_t *o) {
-  fn_shm_t *s = c->shm;
-  int n = c->nranks, me = c->rank, root = o->root;
-  size_t es = fn_type_size(o->dtype), count = o->count;
-  size_t sbytes = multi_segment(o->kind) ? n * count * es : count * es;
-  size_t rbytes = (o->kind == K_ALLGATHER || o->kind == K_ALLTOALL || o->kind == K_GATHER)
-                      ? n * count * es : count * es;
-  int need_s = !((o->kind == K_BROADCAST || o->kind == K_SCATTER) && me != root);
-  int need_r = !((o->kind == K_REDUCE || o->kind == K_GATHER) && me != root);
-  char *sv = NULL, *rv = NULL;
-  if (need_s && !(sv = o->s_host ? (char *)o->sbuf : dev_view(o->sbuf, sbytes)))
-    return illegal_address(c, o, "sendbuff");
-  if (need_r && !(rv = o->r_host ? (char *)o->rbuf : dev_view(o->rbuf, rbytes)))
-    return illegal_address(c, o, "recvbuff");
-  fn_redop_t op = o->op;
-  if (o->scalar_ptr) {
-    const void *p = dev_view(o->scalar_ptr, es);
-    if (!p) return illegal_address(c, o, "the PreMulSum scalar");
-    memcpy(&op.scalar, p, es);
-  }
-  size_t per = multi_segment(o->kind) ? s->chunk / (n * es) : s->chunk / es;
-  const void *srcs[1024];
-  const void **sp = n <= 1024 ? srcs : malloc(n * sizeof *sp);
-  if (!sp) return -1;
-  int rc = 0;
-  for (size_t e0 = 0; e0 < count && rc == 0; e0 += per) {
-    size_t m = count - e0 < per ? count - e0 : per, mb = m * es;
-    uint64_t step = ++c->step;
-    /* 1. peers have read my slot of the previous step */
-    rc = wait_result(c, wait_all_ge(c, &shm_step(s, 0)->done, sizeof(fn_step_t), step - 1, 0, NULL));
-    if (rc) break;
-    /* 2. stage my contribution */
-    char *slot = shm_stage(s, me);
-    if (need_s) {
-      if (multi_segment(o->kind)) {
-        for (int i = 0; i < n; i++) memcpy(slot + i * mb, sv + (i * count + e0) * es, mb);
-      } else {
-        memcpy(slot, sv + e0 * es, mb);
-      }
-    }
-    atomic_store_explicit(&shm_step(s, me)->arrive, step, memory_order_release);
-    /* 3. everybody has staged */
-    rc = wait_result(c, wait_all_ge(c, &shm_step(s, 0)->arrive, sizeof(fn_step_t), step, 0, NULL));
-    if (rc) break;
-    /* 4. my result */
-    if (need_r) {
-      switch (o->kind) {
-      case K_ALLREDUCE: case K_REDUCE:
-        for (int j = 0; j < n; j++) sp[j] = shm_stage(s, j);
-        fn_reduce(o->dtype, op, sp, n, rv + e0 * es, m);
-        break;
-      case K_REDUCESCATTER:
-        for (int j = 0; j < n; j++) sp[j] = shm_stage(s, j) + me * mb;
-        fn_reduce(o->dtype, op, sp, n, rv + e0 * es, m);
-        break;
-      case K_BROADCAST: memcpy(rv + e0 * es, shm_stage(s, root), mb); break;
-      case K_ALLGATHER: case K_GATHER:
-        for (int j = 0; j < n; j++) memcpy(rv + (j * count + e0) * es, shm_stage(s, j), mb);
-        break;
-      case K_ALLTOALL:
-        for (int j = 0; j < n; j++) memcpy(rv + (j * count + e0) * es, shm_stage(s, j) + me * mb, mb);
-        break;
-      case K_SCATTER: memcpy(rv + e0 * es, shm_stage(s, root) + me * mb, mb); break;
-      default: break;
-      }
-    }
-    atomic_store_explicit(&shm_step(s, me)->done, step, memory_order_release);
-  }
-  if (sp != srcs) free(sp);
-  return rc;
-}
-
 /* ================================================================ collectives API */
 
 fn_op_t op_tmpl(fn_kind_t k, const char *name, const void *s, void *r, size_t count,
@@ -379,6 +283,18 @@ FN_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t cou
                                 cudaStream_t stream) {
   return enqueue(op_tmpl(K_SCATTER, "Scatter", sendbuff, recvbuff, count, datatype, root, comm,
                          stream), ncclSum);
+}
+
+FN_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  return enqueue(op_tmpl(K_SEND, "Send", sendbuff, NULL, count, datatype, peer, comm, stream),
+                 ncclSum);
+}
+
+FN_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  return enqueue(op_tmpl(K_RECV, "Recv", NULL, recvbuff, count, datatype, peer, comm, stream),
+                 ncclSum);
 }
 
 /* ================================================================ user reduction ops */

@@ -1,5 +1,5 @@
-/* The fake NCCL's errors, environment, fault injection and state queries
- * (ncclGetLastError, ncclCommGetAsyncError, ...). See fakenccl.c. */
+/* The fake NCCL's errors, environment, fault injection and time (ncclGetErrorString,
+ * ncclGetLastError): the bottom of the library, which calls nothing else of it. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <sched.h>
@@ -94,55 +94,6 @@ void backoff(unsigned *spins) {
 }
 
 const char *cuda_str(cudaError_t e) { return cudaGetErrorString(e); }
-
-/* ================================================================ state queries */
-
-FN_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
-  ncclResult_t r = comm_check(comm, "ncclGetAsyncError");
-  if (r != ncclSuccess) return r;
-  if (ptr_check(asyncError, "ncclGetAsyncError", "asyncError") != ncclSuccess)
-    return ncclInvalidArgument;
-  int st = atomic_load(&comm->async);
-  if (st == ncclSuccess && atomic_load(&comm->finalizing) && atomic_load(&comm->outstanding) > 0)
-    st = ncclInProgress;
-  if (st == ncclSuccess) {
-    /* Background work finished: still report InProgress as many times as configured,
-     * as a slow NCCL would. */
-    int p = atomic_load(&comm->polls);
-    while (p > 0 && !atomic_compare_exchange_weak(&comm->polls, &p, p - 1)) {
-    }
-    if (p > 0) st = ncclInProgress;
-  }
-  *asyncError = (ncclResult_t)st;
-  return ncclSuccess;
-}
-
-FN_API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
-  ncclResult_t r;
-  if ((r = comm_check(comm, "CommCount")) != ncclSuccess) return r;
-  if ((r = ptr_check(count, "CommCount", "count")) != ncclSuccess) return r;
-  if ((r = comm_ensure_ready(comm)) != ncclSuccess) return r;
-  *count = comm->nranks;
-  return ncclSuccess;
-}
-
-FN_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
-  ncclResult_t r;
-  if ((r = comm_check(comm, "CommCuDevice")) != ncclSuccess) return r;
-  if ((r = ptr_check(device, "CommCuDevice", "devid")) != ncclSuccess) return r;
-  if ((r = comm_ensure_ready(comm)) != ncclSuccess) return r;
-  *device = comm->dev;
-  return ncclSuccess;
-}
-
-FN_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
-  ncclResult_t r;
-  if ((r = comm_check(comm, "CommUserRank")) != ncclSuccess) return r;
-  if ((r = ptr_check(rank, "CommUserRank", "rank")) != ncclSuccess) return r;
-  if ((r = comm_ensure_ready(comm)) != ncclSuccess) return r;
-  *rank = comm->rank;
-  return ncclSuccess;
-}
 
 FN_API const char *ncclGetErrorString(ncclResult_t code) {
   switch (code) {

@@ -121,31 +121,6 @@ FN_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
 
 /* ================================================================ stream tasks */
 
-void task_error(ncclComm_t c, ncclResult_t r) {
-  int expect = ncclSuccess;
-  atomic_compare_exchange_strong(&c->async, &expect, r);
-}
-
-int illegal_address(ncclComm_t c, const fn_op_t *o, const char *which) {
-  char msg[256];
-  snprintf(msg, sizeof msg,
-           "Cuda failure 'an illegal memory access was encountered' (%s rank %d: %s is not "
-           "memory of device %d)", o->name, c->rank, which, c->dev);
-  fn_warn("%s", msg);
-  fprintf(stderr, "fakenccl: %s\n", msg); /* a kernel fault is loud on a real GPU too */
-  task_error(c, ncclUnhandledCudaError);
-  return -1;
-}
-
-int wait_result(ncclComm_t c, int w) {
-  if (w == FW_OK) return 0;
-  if (w == FW_PEER) {
-    fn_warn("NCCL : remote process exited (rank %d)", c->rank);
-    task_error(c, ncclRemoteError);
-  }
-  return -1;
-}
-
 static void CUDART_CB task_fn(void *arg) {
   fn_task_t *t = arg;
   ncclComm_t c = t->comm;

@@ -180,7 +180,8 @@ extern __thread fn_job_t *g_jobs;
     }                                                                                            \
   } while (0)
 
-/* fakenccl_errors.c: errors, environment, faults, time */
+/* The files form layers; each calls only those listed before it.
+ * fakenccl_errors.c: errors, environment, faults, time */
 void fn_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int env_int(const char *name, int def);
 int timeout_ms(void);
@@ -189,7 +190,12 @@ double now_ms(void);
 void backoff(unsigned *spins);
 const char *cuda_str(cudaError_t e);
 
-/* fakenccl.c: communicators */
+/* fakenccl_view.c: what a task may touch; the pointer checks */
+void *dev_view(const void *p, size_t n);
+int host_reachable(const void *p);
+ncclResult_t cuda_ptr_check(const void *p, ncclComm_t c, const char *what, const char *opname);
+
+/* fakenccl_comm.c: communicator objects, waits, rendezvous */
 void comm_ref(ncclComm_t c);
 void comm_unref(ncclComm_t c);
 ncclResult_t comm_check(ncclComm_t c, const char *opname);
@@ -201,27 +207,29 @@ int wait_all_ge(ncclComm_t c, _Atomic uint64_t *first, size_t stride, uint64_t v
                 ncclComm_t also);
 ncclResult_t boot_allgather(ncclComm_t c, const void *mine, size_t len, void *all,
                             ncclComm_t also);
+int comm_ok(const struct ncclComm *c);
+void comm_unlink(ncclComm_t c);
+ncclComm_t comm_new(int nranks, int rank, int dev, int blocking, uint64_t key);
+ncclResult_t comm_join(ncclComm_t c, ncclComm_t also);
 
-/* fakenccl_group.c: groups and stream tasks */
-void group_join_comm(ncclComm_t c, ncclResult_t *err);
-ncclResult_t group_err_check(ncclResult_t r);
-ncclResult_t group_end_internal(void);
+/* fakenccl_kernel.c: what a collective task runs, and the errors a kernel reports */
 void task_error(ncclComm_t c, ncclResult_t r);
 int illegal_address(ncclComm_t c, const fn_op_t *o, const char *which);
 int wait_result(ncclComm_t c, int w);
-
-/* fakenccl_coll.c: collectives */
-ncclResult_t cuda_ptr_check(const void *p, ncclComm_t c, const char *what, const char *opname);
-ncclResult_t enqueue(fn_op_t tmpl, ncclRedOp_t op);
 int run_coll(ncclComm_t c, fn_op_t *o);
-fn_op_t op_tmpl(fn_kind_t k, const char *name, const void *s, void *r, size_t count,
-                ncclDataType_t dt, int root, ncclComm_t comm, cudaStream_t st);
 
-/* fakenccl_p2p.c: send/recv */
+/* fakenccl_p2p.c: what a send/recv task runs */
 int run_p2p(ncclComm_t c, fn_op_t **ops, int nops);
 
-/* fakenccl_mem.c: the tasks' view of memory */
-void *dev_view(const void *p, size_t n);
-int host_reachable(const void *p);
+/* fakenccl_group.c: groups, background jobs and stream tasks */
+void group_join_comm(ncclComm_t c, ncclResult_t *err);
+ncclResult_t group_err_check(ncclResult_t r);
+ncclResult_t group_end_internal(void);
+
+/* fakenccl_coll.c: enqueueing (the entry points of fakenccl_coll.c, fakenccl_mem.c and
+ * fakenccl.c sit on top and are called by no other file) */
+ncclResult_t enqueue(fn_op_t tmpl, ncclRedOp_t op);
+fn_op_t op_tmpl(fn_kind_t k, const char *name, const void *s, void *r, size_t count,
+                ncclDataType_t dt, int root, ncclComm_t comm, cudaStream_t st);
 
 #endif

@@ -1,5 +1,5 @@
-/* Memory of the fake NCCL: the tasks' view of device memory, ncclMemAlloc, windows and
- * buffer registration. See fakenccl.c. */
+/* Memory entry points of the fake NCCL: ncclMemAlloc, windows and buffer registration
+ * (what a task may touch is in fakenccl_view.c). See fakenccl.c. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -7,30 +7,6 @@
 
 #include "fakemem.h"
 #include "fakenccl_int.h"
-
-/* ================================================================ device memory access */
-
-/* The runtime's view of [p, p+n): fake device memory through its private alias; other
- * memory the device can reach (pinned, managed, registered host memory) directly.
- * NULL: an illegal address, as a kernel would fault. Called from stream tasks, so it
- * uses no CUDA API. */
-void *dev_view(const void *p, size_t n) {
-  if (n == 0) return (void *)p;
-  void *v = fakemem_view(p, n, NULL);
-  return v;
-}
-
-/* Whether a buffer the arg check accepted is host memory the device can reach. */
-int host_reachable(const void *p) {
-  if (!p || fakemem_find(p, 1, NULL) == 0) return 0;
-  struct cudaPointerAttributes attr;
-  memset(&attr, 0, sizeof attr);
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return attr.type == cudaMemoryTypeHost || attr.type == cudaMemoryTypeManaged;
-}
 
 /* ================================================================ memory, windows */
 

@@ -1,5 +1,5 @@
-/* Send and receive of the fake NCCL: a byte ring per ordered rank pair in the segment.
- * See fakenccl.c. */
+/* Send and receive kernels of the fake NCCL: a byte ring per ordered rank pair in the
+ * segment (the entry points ncclSend/ncclRecv are in fakenccl_coll.c). See fakenccl.c. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -120,16 +120,4 @@ int run_p2p(ncclComm_t c, fn_op_t **ops, int nops) {
   }
   free(views);
   return rc;
-}
-
-FN_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                             ncclComm_t comm, cudaStream_t stream) {
-  return enqueue(op_tmpl(K_SEND, "Send", sendbuff, NULL, count, datatype, peer, comm, stream),
-                 ncclSum);
-}
-
-FN_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                             ncclComm_t comm, cudaStream_t stream) {
-  return enqueue(op_tmpl(K_RECV, "Recv", NULL, recvbuff, count, datatype, peer, comm, stream),
-                 ncclSum);
 }

@@ -472,8 +472,6 @@ FZ_EXPORT ze_result_t zeFabricEdgeGetPropertiesExp(ze_fabric_edge_handle_t hEdge
 
 /* ----------------------------------------------------------- introspection */
 
-FZ_EXPORT int fakeze_live_allocations(void) { return fz_alloc_count(0); }
-FZ_EXPORT int fakeze_open_ipc(void) { return fz_alloc_count(1); }
 FZ_EXPORT int fakeze_ipc_handles_out(void) { return atomic_load(&g_ipc_out); }
 FZ_EXPORT int fakeze_newer_loader(void) {
 #ifdef FAKEZE_NEWER_LOADER

@@ -160,7 +160,6 @@ int fz_ctx_ok(ze_context_handle_t c);
 
 /* fakeze_mem.c: the allocation table */
 int fz_alloc_find(const void *ptr, fz_alloc_t *out);
-int fz_alloc_count(int ipc);
 
 /* fakeze_event.c */
 void fz_pool_free(ze_event_pool_handle_t p);
