@@ -127,8 +127,25 @@ void bench_print_devices(const bench_run_t *r) {
 void bench_print_block_start(const bench_run_t *r) {
   static int blocks;
   if (blocks++) printf("#\n"); /* between one backend's block and the next */
-  printf("# Backend: %s (%s%s)\n", r->backend, r->info.plugin ? "plugin " : "built-in",
+  printf("# Backend: %s (%s%s)\n", r->backend, r->info.plugin ? "plugin" : "built-in",
          r->modeled ? ", modeled time: not a measurement" : "");
+  /* A modeled figure carries its link, topology and confidence (ul_comm_topology), and a
+   * low-confidence one a warning, in '#' lines strict parsers skip. */
+  if (r->modeled && r->comms && r->comms[0] && r->nranks > 1) {
+    ul_link_info_t *links = calloc((size_t)r->nranks, sizeof *links);
+    if (links && ul_comm_topology(r->comms[0], links, r->nranks) == UL_OK) {
+      int far = r->nranks - 1; /* the farthest peer: another node when there is one */
+      printf("# Modeled links of rank 0: peer 1 over %s", links[1].description);
+      if (far > 1 && strcmp(links[far].description, links[1].description))
+        printf(", peer %d over %s", far, links[far].description);
+      printf("\n");
+      if (strstr(links[1].description, "confidence low") ||
+          strstr(links[far].description, "confidence low"))
+        printf("# WARNING: low confidence: these modeled figures rest on a single unverified "
+               "vendor claim (unilink-model links shows the sources)\n");
+    }
+    free(links);
+  }
   if (r->membw > 0)
     printf("# Memory bandwidth: %.1f GB/s (" BENCH_MEMBW_METHOD "); %%roof below: docs/bench.md\n",
            r->membw);

@@ -165,6 +165,15 @@ def main():
     check(p.stdout.index("# Backend: host") < p.stdout.index("# Backend: sim:dgx-h100"),
           "side by side: measured block not first")
     check("# Side by side" in p.stdout, "side by side: comparison missing")
+    check("# Modeled links of rank 0: peer 1 over nvlink4 x18 (modeled, dgx-h100, confidence high)"
+          in p.stdout, "side by side: the modeled block does not name its link and confidence")
+
+    # 2b. a modeled link resting on one unverified claim is flagged where users see it
+    p = run([bench, "allreduce", "--backend", "sim:ascend910b-8", "-t", "2"] + small, cwd=a.workdir)
+    check(p.returncode == 0, "low confidence: exit %d %s" % (p.returncode, p.stderr))
+    strict("low confidence", p.stdout)
+    check("confidence low" in p.stdout and "# WARNING: low confidence" in p.stdout,
+          "low confidence: no warning line for the HCCS figures")
 
     # 3. a failing backend in the list: non-zero, "Test failure", still one gate line
     p = run([bench, "allreduce", "--backends", "host,sim:no-such-preset"] + small, cwd=a.workdir)
