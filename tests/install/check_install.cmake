@@ -1,7 +1,8 @@
 # Installs the build into a scratch prefix, then builds and runs a consumer project
 # through find_package(unilink), and one through pkg-config, then runs the installed
 # tools (unilink-info, unilink-bench, unilink-conformance) with no LD_LIBRARY_PATH and no
-# UNILINK_PLUGIN_PATH, from the prefix and from a copy of it elsewhere ($ORIGIN RPATH).
+# UNILINK_PLUGIN_PATH, from the prefix and from a copy of it elsewhere ($ORIGIN RPATH), and
+# the Python package from both with PYTHONPATH=<prefix>/<UNILINK_PYTHON_INSTALL_DIR>.
 # -DHOOKS=ON|OFF is this build's UNILINK_TEST_HOOKS: the installed library must honour
 # UNILINK_FAULT exactly when it is ON.
 set(prefix ${WORK}/prefix)
@@ -100,3 +101,36 @@ if(NOT rc EQUAL _fault_rc)
 endif()
 message(STATUS "installed unilink-info, unilink-bench and unilink-conformance run without "
         "LD_LIBRARY_PATH (test_hooks=${_want}, UNILINK_FAULT exit ${rc})")
+
+# --- the installed Python package ------------------------------------------------
+# As docs/python.md says: PYTHONPATH=<prefix>/<UNILINK_PYTHON_INSTALL_DIR>, nothing else.
+file(STRINGS ${BUILD}/CMakeCache.txt _py REGEX "^UNILINK_PYTHON(_INSTALL_DIR)?:")
+set(_python "")
+set(_pydir lib/python3/dist-packages)
+foreach(l IN LISTS _py)
+  if(l MATCHES "^UNILINK_PYTHON:[A-Z]+=(.+)$")
+    set(_python "${CMAKE_MATCH_1}")
+  elseif(l MATCHES "^UNILINK_PYTHON_INSTALL_DIR:[A-Z]+=(.+)$")
+    set(_pydir "${CMAKE_MATCH_1}")
+  endif()
+endforeach()
+if(NOT EXISTS ${prefix}/${_pydir}/unilink/__init__.py)
+  if(EXISTS ${BUILD}/python/unilink/__init__.py)
+    message(FATAL_ERROR "the build has the Python package but the install has no "
+            "${_pydir}/unilink")
+  endif()
+  message(STATUS "installed Python package: none built (UNILINK_WITH_PYTHON), not checked")
+  return()
+endif()
+if(NOT _python OR _python MATCHES "NOTFOUND$")
+  message(FATAL_ERROR "Python package installed but UNILINK_PYTHON is not in ${BUILD}/CMakeCache.txt")
+endif()
+foreach(root ${prefix} ${WORK}/moved)
+  execute_process(COMMAND ${_clean} --unset=UNILINK_LIBRARY PYTHONPATH=${root}/${_pydir}
+                          ${_python} ${SRC}/check_python.py ${root}
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc OR NOT out MATCHES "python ok")
+    message(FATAL_ERROR "installed Python package under ${root} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endforeach()
