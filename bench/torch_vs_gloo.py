@@ -109,8 +109,9 @@ def collect(procs, q, timeout_s):
         codes = [p.exitcode for p in procs]
         bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if bad:
-            raise RuntimeError("worker %s exited with %s; stopping" % (
-                ", ".join(str(r) for r, _ in bad), ", ".join(str(c) for _, c in bad)))
+            raise RuntimeError("; ".join(
+                "rank %d %s" % (r, "killed by signal %d" % -c if c < 0 else "exited with %d" % c)
+                for r, c in bad) + "; stopping")
         if result is None and all(c == 0 for c in codes):
             try:  # rank 0 may have finished just after the last look at the queue
                 return q.get(timeout=1)
