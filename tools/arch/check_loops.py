@@ -83,8 +83,10 @@ def include_loops(src):
     return tarjan(files, edges), edges
 
 
-def objects(build):
-    """{target dir: [(source, object path)]} from CMake's object layout."""
+def objects(build, src=None):
+    """{target dir: [(source, object path)]} from CMake's object layout. With src, an
+    object whose source file no longer exists (left by a rename in an incremental build)
+    is skipped: it is not part of the tree."""
     targets = defaultdict(list)
     for root, _, files in os.walk(build):
         if ".dir" not in root or "CMakeFiles" not in root:
@@ -93,6 +95,11 @@ def objects(build):
         for f in files:
             if f.endswith(".o"):
                 rel = os.path.relpath(os.path.join(root, f), tdir)[:-2]
+                if src is not None:
+                    sdir = os.path.join(src, os.path.relpath(os.path.dirname(os.path.dirname(tdir)), build))
+                    path = os.path.normpath(os.path.join(sdir, rel.replace("__", "..")))
+                    if not os.path.exists(path):
+                        continue
                 targets[tdir].append((rel, os.path.join(root, f)))
     return targets
 
@@ -112,9 +119,9 @@ def nm_symbols(obj):
     return defined, used
 
 
-def call_loops(build):
+def call_loops(build, src=None):
     loops = []
-    for tdir, objs in sorted(objects(build).items()):
+    for tdir, objs in sorted(objects(build, src).items()):
         if len(objs) < 2:
             continue
         owner, uses = {}, {}
@@ -150,7 +157,7 @@ def main():
         return 2
     src, build = sys.argv[1], sys.argv[2]
     inc, edges = include_loops(src)
-    calls = call_loops(build)
+    calls = call_loops(build, src)
     for comp in inc:
         print("include loop: " + " <-> ".join(comp))
         for a in comp:
