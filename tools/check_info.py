@@ -39,6 +39,17 @@ def main():
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert [x["name"] for x in d["backends"]] == ["host"], d["backends"]
+    devices = d["devices"]
+    assert [x["rank"] for x in devices] == [0, 1, 2], devices
+    assert all(x["device"] == -1 and x["memory"] == "host" for x in devices), devices
+    m = d["machine"]
+    assert m["logical_cpus"] >= 1 and m["memory_gib"] > 0 and isinstance(m["cpu"], str), m
+    t = run(exe, "--backend", "host", "--ranks", "2")
+    assert t.returncode == 0, t.stderr
+    assert "machine:" in t.stdout and "rank 1    host memory (no device)" in t.stdout, t.stdout
+    # an unknown figure prints '-', never a 0.0 that reads as a measured bandwidth
+    shm = [l for l in t.stdout.splitlines() if " shm " in l]
+    assert shm and all(" 0.0 " not in l and "not given" in l for l in shm), shm
     links = d["links"]
     assert len(links) == 9, links
     assert {(l["rank"], l["peer"]) for l in links} == {(a, c) for a in range(3) for c in range(3)}

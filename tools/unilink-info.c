@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <unilink/backend.h> /* UL_BACKEND_ABI_* */
 #include <unilink/unilink.h>
 
@@ -163,7 +164,43 @@ static const char *link_source_name(ul_link_source_t s) {
 typedef struct links {
   int nranks;
   ul_link_info_t *l; /* nranks x nranks: row r is rank r's view */
+  int *device;       /* per rank: ul_comm_device (-1: host memory, no device) */
 } links_t;
+
+/* The machine the ranks run on (what a host-memory backend's "device" is): CPU model,
+ * logical CPUs, NUMA nodes and memory, from /proc and sysfs. Fields stay empty/0 where
+ * the system does not say. */
+typedef struct machine {
+  char cpu[128];
+  long cpus, numa_nodes;
+  double mem_gib;
+} machine_t;
+
+static void machine_read(machine_t *m) {
+  memset(m, 0, sizeof *m);
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512];
+  while (f && fgets(line, sizeof line, f)) {
+    char *c = strchr(line, ':');
+    if (c && strncmp(line, "model name", 10) == 0) {
+      c++;
+      while (*c == ' ' || *c == '\t') c++;
+      c[strcspn(c, "\n")] = 0;
+      snprintf(m->cpu, sizeof m->cpu, "%s", c);
+      break;
+    }
+  }
+  if (f) fclose(f);
+  m->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int n = 0; n < 1024; n++) {
+    char path[64];
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d", n);
+    if (access(path, F_OK) != 0) break;
+    m->numa_nodes++;
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psz > 0) m->mem_gib = (double)pages * (double)psz / (1024.0 * 1024.0 * 1024.0);
+}
 
 static int links_probe(const char *backend, int nranks, links_t *out, char *why, size_t wl) {
   memset(out, 0, sizeof *out);
@@ -187,6 +224,9 @@ static int links_probe(const char *backend, int nranks, links_t *out, char *why,
     free(l);
     return 3;
   }
+  int *device = calloc((size_t)nranks, sizeof *device);
+  for (int r = 0; r < nranks && device; r++)
+    if (ul_comm_device(comms[r], &device[r]) != UL_OK) device[r] = -1;
   for (int r = 0; r < nranks && rc == UL_OK; r++) {
     rc = ul_comm_topology(comms[r], l + (size_t)r * nranks, nranks);
     if (rc != UL_OK)
@@ -197,23 +237,39 @@ static int links_probe(const char *backend, int nranks, links_t *out, char *why,
   free(comms);
   if (rc != UL_OK) {
     free(l);
+    free(device);
     return 3;
   }
   out->nranks = nranks;
   out->l = l;
+  out->device = device;
   return 0;
 }
 
 static void links_text(FILE *o, const char *backend, const links_t *k) {
+  machine_t m;
+  machine_read(&m);
   fprintf(o, "Devices and links of %s (%d ranks in this process)\n", backend, k->nranks);
+  fprintf(o, "  machine: %s, %ld logical CPUs, %ld NUMA node%s, %.1f GiB memory\n",
+          m.cpu[0] ? m.cpu : "CPU model not reported", m.cpus, m.numa_nodes,
+          m.numa_nodes == 1 ? "" : "s", m.mem_gib);
+  for (int r = 0; k->device && r < k->nranks; r++) {
+    if (k->device[r] >= 0) fprintf(o, "  rank %-4d device %d\n", r, k->device[r]);
+    else fprintf(o, "  rank %-4d host memory (no device)\n", r);
+  }
   fprintf(o, "  %-5s %-5s %-8s %-9s %-10s %-10s %s\n", "RANK", "PEER", "KIND", "SOURCE", "GB/s",
           "LAT us", "DESCRIPTION");
   for (int r = 0; r < k->nranks; r++)
     for (int p = 0; p < k->nranks; p++) {
       const ul_link_info_t *x = &k->l[(size_t)r * k->nranks + p];
-      fprintf(o, "  %-5d %-5d %-8s %-9s %-10.1f %-10.2f %s\n", r, x->peer,
-              link_kind_name(x->kind), link_source_name(x->source), x->bandwidth_gbps,
-              x->latency_us, x->description);
+      /* a figure nobody gave is "-", never a 0.0 that reads as a measurement */
+      char bw[16] = "-", lat[16] = "-";
+      if (x->bandwidth_gbps > 0) snprintf(bw, sizeof bw, "%.1f", x->bandwidth_gbps);
+      if (x->latency_us > 0) snprintf(lat, sizeof lat, "%.2f", x->latency_us);
+      fprintf(o, "  %-5d %-5d %-8s %-9s %-10s %-10s %s\n", r, x->peer, link_kind_name(x->kind),
+              x->source == UL_SOURCE_NONE && x->kind != UL_LINK_SELF ? "not given"
+                                                                      : link_source_name(x->source),
+              bw, lat, x->description);
     }
 }
 
@@ -309,6 +365,29 @@ static cJSON *links_json(const links_t *k) {
   return arr;
 }
 
+static cJSON *devices_json(const links_t *k) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int r = 0; k->device && r < k->nranks; r++) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "rank", r);
+    cJSON_AddNumberToObject(j, "device", k->device[r]);
+    cJSON_AddStringToObject(j, "memory", k->device[r] >= 0 ? "device" : "host");
+    cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+static cJSON *machine_json(void) {
+  machine_t m;
+  machine_read(&m);
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "cpu", m.cpu);
+  cJSON_AddNumberToObject(j, "logical_cpus", (double)m.cpus);
+  cJSON_AddNumberToObject(j, "numa_nodes", (double)m.numa_nodes);
+  cJSON_AddNumberToObject(j, "memory_gib", m.mem_gib);
+  return j;
+}
+
 static void usage(FILE *o, const char *argv0) {
   fprintf(o,
           "usage: %s [--backends] [--params [--markdown]] [--build] [--backend NAME\n"
@@ -363,7 +442,7 @@ int main(int argc, char **argv) {
     want_backends = 1;
     want_params = want_build = only == NULL;
   }
-  links_t k = {0, NULL};
+  links_t k = {0, NULL, NULL};
   char why[512] = "";
   int status = 0;
   if (only && want_backends) status = links_probe(only, nranks, &k, why, sizeof why);
@@ -377,7 +456,11 @@ int main(int argc, char **argv) {
       cJSON_AddItemToObject(root, "backends", backends_json(only));
       if (only) {
         cJSON_AddStringToObject(root, "backend", only);
-        if (status == 0) cJSON_AddItemToObject(root, "links", links_json(&k));
+        cJSON_AddItemToObject(root, "machine", machine_json());
+        if (status == 0) {
+          cJSON_AddItemToObject(root, "devices", devices_json(&k));
+          cJSON_AddItemToObject(root, "links", links_json(&k));
+        }
         else cJSON_AddStringToObject(root, "links_error", why);
       }
     }
@@ -413,6 +496,7 @@ int main(int argc, char **argv) {
               UL_BACKEND_ABI_MAJOR, UL_BACKEND_ABI_MINOR);
   }
   free(k.l);
+  free(k.device);
   if (status) fprintf(stderr, "unilink-info: %s\n", why);
   return ferror(o) ? 1 : status;
 }
