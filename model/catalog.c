@@ -246,12 +246,23 @@ static int sim_catalog_get_assumed(const cJSON *o, char *out, size_t outlen, con
       if (!strcmp(e->valuestring, allowed[i])) break;
       else if (i + 1 == nallowed) ok = 0;
     if (!ok) {
-      ulsim__err(err, errlen, "%s: assumed[%d] must name one of the entry's figures%s%s%s", where,
-                 k, cJSON_IsString(e) ? " (got \"" : "", cJSON_IsString(e) ? e->valuestring : "",
+      ulsim__err(err, errlen, "%s: assumed[%d] must %s%s%s%s", where, k,
+                 allowed ? "name one of the entry's figures" : "be a non-empty sentence",
+                 cJSON_IsString(e) ? " (got \"" : "", cJSON_IsString(e) ? e->valuestring : "",
                  cJSON_IsString(e) ? "\")" : "");
       return -1;
     }
+    /* The entries are kept joined by sep (and split on it when written back): an entry
+     * holding sep, or a list past the room, would not come back as it was given. */
     size_t len = strlen(out);
+    if (strstr(e->valuestring, sep) ||
+        len + (len ? strlen(sep) : 0) + strlen(e->valuestring) >= outlen) {
+      ulsim__err(err, errlen, "%s: assumed[%d] %s", where, k,
+                 strstr(e->valuestring, sep) ? "holds the list separator; give each sentence as "
+                                               "its own entry"
+                                             : "makes the list too long for the topology");
+      return -1;
+    }
     snprintf(out + len, outlen - len, "%s%s", len ? sep : "", e->valuestring);
     k++;
   }

@@ -71,6 +71,12 @@ static int hm_assumed(const cJSON *o, ulsim_host_memory_t *h, const char *where,
       return -1;
     }
     size_t len = strlen(h->assumed);
+    if (len + 2 + strlen(e->valuestring) >= sizeof h->assumed) {
+      /* a cut name would not read back: refuse instead (repeated names, say) */
+      ulsim__err(err, errlen, "%s: assumed[%d] makes the list too long (name each field once)",
+                 where, k);
+      return -1;
+    }
     snprintf(h->assumed + len, sizeof h->assumed - len, "%s%s", len ? ", " : "", e->valuestring);
     k++;
   }

@@ -202,3 +202,32 @@ Test(model_nop2p, parser_accepts_a_user_file) {
                UL_OK, "%s", err);
   cr_assert_eq(t.no_p2p, 0);
 }
+
+/* Found by fuzz.topology: a topology "assumed" sentence holding the list separator was
+ * accepted but written back as two entries, one of them empty, which the parser then
+ * refused (the round trip broke). Such input is refused at once, with its index; so is a
+ * host_memory "assumed" list too long to keep. */
+Test(model_nop2p, assumed_lists_round_trip_or_are_refused) {
+  const char *sep = "{\"format\": \"unilink-topology/1\", \"name\": \"x\", \"gpus_per_node\": 2,"
+                    " \"assumed\": [\"one\", \"two; ; three\"],"
+                    " \"intra\": {\"shape\": \"bus\", \"link\": \"pcie5\"}}";
+  ulsim_topology_t t;
+  cr_assert_eq(ulsim_topology_parse(sep, "sep.json", &cat, &t, err, sizeof err), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(err, "sep.json") && strstr(err, "assumed[1]") && strstr(err, "separator"), "%s", err);
+  char many[4096];
+  int n = snprintf(many, sizeof many,
+                   "{\"format\": \"unilink-topology/1\", \"name\": \"x\", \"gpus_per_node\": 2,"
+                   " \"intra\": {\"shape\": \"bus\", \"link\": \"pcie5\", \"p2p\": false,"
+                   " \"host_memory\": {\"sockets\": 1, \"channels_per_socket\": 8, \"mt_per_s\": 4800,"
+                   " \"bytes_per_transfer\": 8, \"efficiency\": 0.77, \"assumed\": [");
+  for (int i = 0; i < 60; i++) n += snprintf(many + n, sizeof many - (size_t)n, "%s\"efficiency\"", i ? ", " : "");
+  snprintf(many + n, sizeof many - (size_t)n, "]}}}");
+  cr_assert_eq(ulsim_topology_parse(many, "many.json", &cat, &t, err, sizeof err), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(err, "many.json") && strstr(err, "too long"), "%s", err);
+  /* a plain list still reads back as it was */
+  const char *ok = "{\"format\": \"unilink-topology/1\", \"name\": \"x\", \"gpus_per_node\": 2,"
+                   " \"assumed\": [\"one\", \"two, with a comma\"],"
+                   " \"intra\": {\"shape\": \"bus\", \"link\": \"pcie5\"}}";
+  cr_assert_eq(ulsim_topology_parse(ok, "ok.json", &cat, &t, err, sizeof err), UL_OK, "%s", err);
+  cr_assert_str_eq(t.assumed, "one; two, with a comma");
+}
