@@ -147,11 +147,37 @@ class Collectives(unittest.TestCase):
         np.testing.assert_array_equal(out[1], [100] * 4)
 
 
+class GroupBuffers(unittest.TestCase):
+    def test_temporaries_live_until_the_group_ends(self):
+        """A send of a temporary inside a group runs at the group's end: the binding must
+        keep it alive (the ring test above read zeros when its memory was reused)."""
+        n = 3
+
+        def body(c):
+            r = c.rank
+            got = np.zeros(1024, np.int64)
+            with unilink.group():
+                c.send(np.full(1024, r + 1, np.int64), (r + 1) % n)  # freed here without the hold
+                junk = [np.zeros(1024, np.int64) for _ in range(16)]  # reuses freed memory
+                c.recv(got, (r - 1) % n)
+            del junk
+            return got
+
+        out = on_threads(n, body)
+        for r in range(n):
+            np.testing.assert_array_equal(out[r], np.full(1024, (r - 1) % n + 1), "rank %d" % r)
+
+
 class Recovery(unittest.TestCase):
     """revoke / failed_ranks / shrink / async_error over the C API (thread ranks)."""
 
     def test_shrink_after_a_lost_rank(self):
+        # Every rank has finished creating the communicator before rank 2 is lost: a peer
+        # still inside creation's last barrier may otherwise see the abort there.
+        created = threading.Barrier(4)
+
         def body(c):
+            created.wait(30)
             if c.rank == 2:
                 c.abort()  # a thread rank's way of being lost
                 return None

@@ -6,6 +6,7 @@ Element counts come from the buffer's size unless given; the dtype from the buff
 unless given (dtype="bf16", a torch/numpy dtype, or a DType).
 """
 import ctypes
+import threading
 import enum
 from collections import namedtuple
 from ctypes import byref, c_char_p, c_int, c_size_t, c_void_p
@@ -167,8 +168,23 @@ def as_op(op):
 Buffer = namedtuple("Buffer", "ptr nbytes dtype device keep")
 
 
+# Calls inside `with unilink.group()` run at its end (ul_group_end), so every buffer they
+# name must live until then, even a temporary (`c.send(np.full(3, r), peer)`): the open
+# groups of this thread hold them.
+_groups = threading.local()
+
+
 def buffer(obj, dtype=None):
-    """(pointer, bytes, dtype, device) of a buffer object. device is -1 for host memory."""
+    """(pointer, bytes, dtype, device) of a buffer object. device is -1 for host memory.
+    Inside an open group the object is kept alive until the group ends."""
+    b = _to_buffer(obj, dtype)
+    held = getattr(_groups, "held", None)
+    if held is not None and obj is not None:
+        held.append((obj, b.keep))
+    return b
+
+
+def _to_buffer(obj, dtype=None):
     if obj is None:
         return Buffer(None, 0, as_dtype(dtype), -1, None)
     if isinstance(obj, Buffer):
@@ -198,7 +214,7 @@ def buffer(obj, dtype=None):
         return Buffer(cai["data"][0] or None, n * (dt.itemsize if dt else 1), dt, 0, obj)
     if hasattr(obj, "__dlpack__"):
         import torch.utils.dlpack
-        return buffer(torch.utils.dlpack.from_dlpack(obj), dtype)
+        return _to_buffer(torch.utils.dlpack.from_dlpack(obj), dtype)
     mv = memoryview(obj)
     if not mv.c_contiguous:
         raise InvalidArgument(-1, "buffer is not contiguous")
@@ -590,10 +606,18 @@ class group:
 
     def __enter__(self):
         _check(lib.ul_group_start(), call="ul_group_start")
+        _groups.depth = getattr(_groups, "depth", 0) + 1
+        if _groups.depth == 1:
+            _groups.held = []
         return self
 
     def __exit__(self, et, ev, tb):
-        rc = lib.ul_group_end()
+        try:
+            rc = lib.ul_group_end()
+        finally:
+            _groups.depth -= 1
+            if _groups.depth == 0:
+                _groups.held = None  # the outermost end ran every fused call
         if et is None:
             _check(rc, call="ul_group_end")
 
