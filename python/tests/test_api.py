@@ -168,6 +168,26 @@ class GroupBuffers(unittest.TestCase):
             np.testing.assert_array_equal(out[r], np.full(1024, (r - 1) % n + 1), "rank %d" % r)
 
 
+    def test_temporaries_live_until_the_stream_drains(self):
+        """A call queued on a stream runs on the stream's thread, after the Python call
+        returned: the temporary input must live until the stream is synchronized."""
+        n = 2
+
+        def body(c):
+            r = c.rank
+            out = np.zeros(4096, np.int64)
+            with c.stream() as s:
+                time.sleep(0.05 * r)  # the ranks meet inside the queued call, not at once
+                c.allreduce(np.full(4096, r + 1, np.int64), out, stream=s)  # temporary input
+                junk = [np.zeros(4096, np.int64) for _ in range(16)]  # reuses freed memory
+                s.synchronize()
+            del junk
+            return out
+
+        for r, out in enumerate(on_threads(n, body)):
+            np.testing.assert_array_equal(out, np.full(4096, 3), "rank %d" % r)
+
+
 class Recovery(unittest.TestCase):
     """revoke / failed_ranks / shrink / async_error over the C API (thread ranks)."""
 

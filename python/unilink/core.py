@@ -178,9 +178,15 @@ def buffer(obj, dtype=None):
     """(pointer, bytes, dtype, device) of a buffer object. device is -1 for host memory.
     Inside an open group the object is kept alive until the group ends."""
     b = _to_buffer(obj, dtype)
-    held = getattr(_groups, "held", None)
-    if held is not None and obj is not None:
-        held.append((obj, b.keep))
+    if obj is not None:
+        held = getattr(_groups, "held", None)
+        if held is not None:
+            held.append((obj, b.keep))
+        # the call being prepared may go on a stream: _stream() takes these
+        pending = getattr(_groups, "pending", None)
+        if pending is None:
+            pending = _groups.pending = []
+        pending.append((obj, b.keep))
     return b
 
 
@@ -235,7 +241,16 @@ def _need_dtype(*bufs):
 
 
 def _stream(s):
-    return s.handle if isinstance(s, Stream) else s
+    """The stream argument of a call. Work queued on a Stream runs later, on the
+    stream's own thread: the buffers this call named are held by the Stream until it is
+    synchronized (or found idle by query)."""
+    pending = getattr(_groups, "pending", None)
+    _groups.pending = None
+    if isinstance(s, Stream):
+        if pending:
+            s._held.extend(pending)
+        return s.handle
+    return s
 
 
 def _sizes(seq):
@@ -625,6 +640,7 @@ class group:
 class Stream:
     def __init__(self, comm, native=None):
         self.comm = comm
+        self._held = []  # buffers of queued calls, alive until the stream drains
         self.handle = c_void_p()
         if native is None:
             comm._call(lib.ul_stream_create, "ul_stream_create", comm.handle, byref(self.handle))
@@ -634,14 +650,23 @@ class Stream:
 
     def synchronize(self):
         _check(lib.ul_stream_synchronize(self.handle), self.comm.handle, "ul_stream_synchronize")
+        self._held = []
 
     def query(self):
         """True when all work completed (raises the first error)."""
-        return _check(lib.ul_stream_query(self.handle), self.comm.handle, "ul_stream_query") == 0
+        done = _check(lib.ul_stream_query(self.handle), self.comm.handle, "ul_stream_query") == 0
+        if done:
+            self._held = []
+        return done
 
     def destroy(self):
+        """Queued work still names Python buffers this object keeps alive, so a busy
+        stream is drained first (the C call would let it finish in the background)."""
         if self.handle:
+            if self._held:
+                lib.ul_stream_synchronize(self.handle)  # its error stays on the communicator
             h, self.handle = self.handle, None
+            self._held = []
             _check(lib.ul_stream_destroy(h), None, "ul_stream_destroy")
 
     def __enter__(self):
