@@ -41,6 +41,7 @@ typedef struct bench_opts {
   int perf_name;            /* started as all_reduce_perf etc. */
   int sync_per_call;        /* --sync-per-call: barrier, one timed call; time = median of max over ranks */
   int extra_columns;        /* --extra-columns: %roof/algorithm in data rows (not strict) */
+  int malloc_buffers;       /* --buffers malloc: user buffers from the C heap, not ul_mem_alloc */
   const char *prog;         /* nccl-tests program name printed in the banner/footer */
   int device0;              /* NCCL_TESTS_DEVICE: first device index of this process; -1 unset */
   bench_a2av_t a2av;        /* alltoallv: nccl-tests' NCCL_TESTS_ALLTOALLV_* pattern */
@@ -116,7 +117,8 @@ typedef struct bench_run {
   int errors;               /* rows x sides with wrong elements */
   double bw_sum;
   int bw_count;
-  double membw;             /* host roofline, GB/s; 0 if none */
+  double membw;             /* host memory capacity, GB/s (largest roof point); 0 if none */
+  bench_roof_t roof;        /* host capacity per working-set size (roof.n 0: none) */
   int printing;             /* this process prints the nccl-tests table */
   int fault_wrong;          /* UNILINK_BENCH_FAULT=wrong test hook */
   /* failure */

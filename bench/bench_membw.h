@@ -1,23 +1,26 @@
 /**
  * @file bench_membw.h
- * @brief The host memory bandwidth figure of unilink-bench's roofline, shared with
- *        unilink-info (which shows it for host links) so both print the same measurement.
+ * @brief The host memory system's capacity: unilink-bench's roofline.
  *
- * Needs only libc and pthreads: unilink-info compiles bench_membw.c into itself.
+ * Needs only libc and pthreads.
  */
 #ifndef UNILINK_BENCH_MEMBW_H
 #define UNILINK_BENCH_MEMBW_H
+
+#include "bench_util.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** How the figure is measured, for output next to it. */
-#define BENCH_MEMBW_METHOD "read+write, 2-thread copy of 256 MiB"
+/** How the figures are measured, for output next to them. */
+#define BENCH_MEMBW_METHOD "read+write, 2-thread copy, 256 MiB working set, best of normal and streaming stores"
+#define BENCH_ROOF_METHOD "read+write, 2-thread copy, best of normal and streaming stores"
 
-/** Memory bandwidth in GB/s (1e9 B/s, bytes read plus bytes written) of a 2-thread copy
- *  of 256 MiB buffers, best of 3; 0.0 when the buffers cannot be allocated. */
-double bench_measure_membw(void);
+/** The roofline curve: the copy rate (best of normal and streaming stores, best of 3) for
+ *  working sets of 64 KiB to 256 MiB, factor 4. roof->n is 0 when nothing could be
+ *  measured. */
+void bench_measure_roof(bench_roof_t *roof);
 
 #ifdef __cplusplus
 }

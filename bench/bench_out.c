@@ -210,6 +210,17 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int p
             b == primary ? "true" : "false");
     if (r->membw > 0) bench_jnum(f, r->membw);
     else fprintf(f, "null");
+    fprintf(f, ",\"roofline_gbs\":");
+    if (r->membw > 0) {
+      fprintf(f, "{");
+      for (int i = 0; i < r->roof.n; i++) {
+        fprintf(f, "%s\"%zu\":", i ? "," : "", r->roof.bytes[i]);
+        bench_jnum(f, r->roof.gbs[i]);
+      }
+      fprintf(f, "}");
+    } else {
+      fprintf(f, "null");
+    }
     fprintf(f, ",\"out_of_bounds\":{\"count\":%d,\"okay\":\"%s\"},\"mean_bus_bandwidth\":",
             r->errors, r->errors ? "false" : "true");
     bench_jnum(f, bench_avg_busbw(r));

@@ -428,7 +428,8 @@ static void *bench_thread_main(void *p) {
               row.bytes = bench_row_bytes(&T->calls[0].counts, T->calls[0].es);
               row.count = T->calls[0].counts.paramcount;
               if (r->membw > 0 && row.side[0].valid) {
-                double roof = bench_roof_busbw(o->op, r->nranks, r->membw);
+                double moved = bench_roof_traffic(o->op, r->nranks) * (double)row.bytes;
+                double roof = bench_roof_busbw(o->op, r->nranks, bench_roof_at(&r->roof, moved));
                 row.roof_pct = roof > 0 ? row.side[0].busbw / roof * 100.0 : -1;
               }
               for (int side = 0; side < 2; side++) {
@@ -507,8 +508,9 @@ int bench_run_sweep(bench_run_t *r) {
     char **bufs[2] = {&r->sbuf[i], &r->rbuf[i]};
     for (int b = 0; b < 2; b++) {
       void *p = NULL;
-      /* memory from the backend may take zero-copy paths, as ncclMemAlloc in nccl-tests */
-      if (ul_mem_alloc(r->comms[i], r->bufbytes, &p) == UL_OK && p) {
+      /* memory from the backend may take zero-copy paths, as ncclMemAlloc in nccl-tests;
+       * --buffers malloc measures what ordinary user memory gets */
+      if (!r->o->malloc_buffers && ul_mem_alloc(r->comms[i], r->bufbytes, &p) == UL_OK && p) {
         from_ul[i * 2 + b] = 1;
       } else if (posix_memalign(&p, 4096, r->bufbytes) != 0) {
         p = NULL;

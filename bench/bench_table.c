@@ -49,6 +49,8 @@ void bench_print_preamble(const bench_opts_t *o, const bench_run_t *r) {
     printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
   if (o->sync_per_call)
     printf("# Synchronized per call: barrier, one timed call, max over ranks; time = median of %d calls \n", o->iters);
+  if (o->malloc_buffers)
+    printf("# Buffers: malloc (page-aligned heap memory, not ul_mem_alloc)\n");
   if (o->per_iter) {
     printf("# Per-Iteration Report: host wall-clock timing; i_* uses max over process rows");
     if (o->per_iter_skip) printf("; summary skips first %d iterations", o->per_iter_skip);
@@ -149,6 +151,15 @@ void bench_print_block_start(const bench_run_t *r) {
   if (r->membw > 0)
     printf("# Memory bandwidth: %.1f GB/s (" BENCH_MEMBW_METHOD "); %%roof below: docs/bench.md\n",
            r->membw);
+  if (r->membw > 0) {
+    printf("# Roofline capacity by working set (GB/s, " BENCH_ROOF_METHOD "):");
+    for (int i = 0; i < r->roof.n; i++) {
+      size_t b = r->roof.bytes[i];
+      printf(" %zu%s %.1f", b >= (1u << 20) ? b >> 20 : b >> 10, b >= (1u << 20) ? "M" : "K",
+             r->roof.gbs[i]);
+    }
+    printf("\n");
+  }
 }
 
 void bench_print_header(const bench_run_t *r) {
@@ -209,11 +220,10 @@ static void bench_print_side(const bench_run_t *r, const bench_side_t *S) {
   }
 }
 
-/* %roof as shown to people: never above 100 (the roofline is a rough bound; a value past
- * it means the bound is wrong for that size, not that the run beat memory). */
+/* %roof as measured: the roof is the measured capacity, so a value past 100 is printed as
+ * it is -- it would mean the roof is wrong for that size, which must show. */
 static void bench_roof_str(double pct, char *buf, size_t n) {
   if (pct < 0) snprintf(buf, n, "n/a");
-  else if (pct > 100.0) snprintf(buf, n, ">100");
   else snprintf(buf, n, "%.1f", pct);
 }
 
@@ -249,7 +259,7 @@ void bench_print_row(const bench_run_t *r, const bench_row_t *row) {
 void bench_print_extras(const bench_run_t *r) {
   if (r->o->extra_columns || r->nrows == 0) return;
   printf("#\n# unilink per size [%s]: size, algorithm (out-of-place)%s%s\n", r->backend,
-         r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw, shown at most 100)" : "",
+         r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw)" : "",
          r->o->sync_per_call ? ", mean time (us, out-of-place)" : "");
   for (int i = 0; i < r->nrows; i++) {
     const bench_row_t *row = &r->rows[i];

@@ -174,6 +174,14 @@ double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs) {
   return bench_bw_factor(op, nranks) / t * membw_gbs;
 }
 
+double bench_roof_at(const bench_roof_t *roof, double moved) {
+  if (!roof || roof->n <= 0) return 0.0;
+  double g = roof->gbs[0];
+  for (int i = 1; i < roof->n; i++)
+    if ((double)roof->bytes[i] <= moved && roof->gbs[i] > 0) g = roof->gbs[i];
+  return g;
+}
+
 int bench_parse_size(const char *text, size_t *out) {
   if (!text || !out) return -1;
   while (isspace((unsigned char)*text)) text++;

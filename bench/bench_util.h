@@ -74,6 +74,18 @@ double bench_roof_traffic(bench_op_t op, int nranks);
 /** busbw a collective would reach if it only had to move bench_roof_traffic() bytes
  *  through memory of bandwidth @p membw_gbs (read+write GB/s). */
 double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs);
+/** The memory system's capacity (read + write GB/s) measured by copies whose working set
+ *  (source + destination) is bytes[i], ascending: smaller sets live in faster caches. */
+#define BENCH_ROOF_POINTS 8
+typedef struct bench_roof {
+  int n;
+  size_t bytes[BENCH_ROOF_POINTS];
+  double gbs[BENCH_ROOF_POINTS];
+} bench_roof_t;
+/** The capacity that bounds a collective moving @p moved bytes (bench_roof_traffic() x
+ *  size): the rate of the largest measured working set not above it (a smaller set is
+ *  faster, so this is an upper bound), or of the smallest set; 0 when nothing measured. */
+double bench_roof_at(const bench_roof_t *roof, double moved);
 
 /** Parse a size with optional K/M/G suffix (binary units, as nccl-tests: "8", "64M",
  *  "1.5K"). @return 0, or -1 for a malformed, negative or overflowing value. */

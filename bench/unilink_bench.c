@@ -35,6 +35,8 @@ static void bench_usage(FILE *f, const char *prog) {
           "\t[--extra-columns (%%roof and algorithm as data columns: breaks strict 13-field parsers)]\n"
           "\t[--sync-per-call (barrier, then one timed call, max over ranks; time = median, mean in\n"
           "\t  the per-size comments: what a latency-bound code sees; default: nccl-tests' back to back)]\n"
+          "\t[--buffers ul|malloc (ul: ul_mem_alloc, may take zero-copy paths, the default; malloc:\n"
+          "\t  page-aligned heap memory, as numpy arrays and CPU tensors are; host backends only)]\n"
           "\t[--verbose] [-h,--help]\n"
           "  As all_reduce_perf, all_gather_perf, ... hypercube_perf (links to unilink-bench) the\n"
           "  collective is the program name and the defaults are nccl-tests' (-t 1).\n"
@@ -89,7 +91,7 @@ static int bench_add_backend(bench_opts_t *o, const char *list) {
 /* Returns -1 to continue, else an exit code. */
 static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
   enum { OPT_RANKS = 1000, OPT_BACKENDS, OPT_BACKEND, OPT_PLOT, OPT_MODEL_ITERS, OPT_VERBOSE,
-         OPT_EXTRA, OPT_SYNC };
+         OPT_EXTRA, OPT_SYNC, OPT_BUFFERS };
   static const struct option longopts[] = {
       {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
       {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
@@ -113,7 +115,8 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
       {"model-iters", required_argument, 0, OPT_MODEL_ITERS},
       {"verbose", no_argument, 0, OPT_VERBOSE},
       {"extra-columns", no_argument, 0, OPT_EXTRA},
-      {"sync-per-call", no_argument, 0, OPT_SYNC}, {0, 0, 0, 0}};
+      {"sync-per-call", no_argument, 0, OPT_SYNC},
+      {"buffers", required_argument, 0, OPT_BUFFERS}, {0, 0, 0, 0}};
   const char *prog = "unilink-bench";
   long v;
   int have_dtype = 0, have_op = 0;
@@ -207,6 +210,15 @@ static int bench_parse_args(int argc, char **argv, bench_opts_t *o) {
     case OPT_VERBOSE: o->verbose = 1; break;
     case OPT_EXTRA: o->extra_columns = 1; break;
     case OPT_SYNC: o->sync_per_call = 1; break;
+    case OPT_BUFFERS:
+      if (strcmp(optarg, "malloc") == 0) o->malloc_buffers = 1;
+      else if (strcmp(optarg, "ul") == 0) o->malloc_buffers = 0;
+      else {
+        fprintf(stderr, "%s: --buffers takes 'ul' (ul_mem_alloc) or 'malloc', not '%s'\n", prog,
+                optarg);
+        return BENCH_EXIT_BADARGS;
+      }
+      break;
     case 'p': case 'y': case 'G': case 'R': case 'x': case 'D': case 'V': case 'M':
       break; /* CUDA/NCCL-specific: accepted so nccl-tests command lines still run */
     case 'h':
@@ -438,7 +450,7 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
 
   bench_run_t *runs[BENCH_MAX_BACKENDS];
   int nruns = 0, any_printing = !mpi;
-  static double membw_cache = -1.0;
+  static bench_roof_t roof_cache = {-1, {0}, {0}};
   for (int b = 0; b < ntodo; b++) {
     bench_run_t *r = todo[b];
     r->mpi = mpi;
@@ -450,8 +462,9 @@ static int bench_main(int argc, char **argv, bench_opts_t *op) {
     r->nprocs = 1;
     /* roofline on the host backend: memory bandwidth once per process */
     if (strcmp(r->base, "host") == 0 && rank0) {
-      if (membw_cache < 0) membw_cache = bench_measure_membw();
-      r->membw = membw_cache;
+      if (roof_cache.n < 0) bench_measure_roof(&roof_cache);
+      r->roof = roof_cache;
+      r->membw = roof_cache.n > 0 ? roof_cache.gbs[roof_cache.n - 1] : 0.0;
     }
     /* single-process runs print the preamble first so a hang during init is visible;
      * under mpirun the first sweep prints it on rank 0 */

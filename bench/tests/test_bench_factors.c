@@ -224,3 +224,15 @@ Test(bench_json, escape, .timeout = 10) {
   cr_expect_str_eq(out, "\\u0001");
   cr_expect_eq(bench_json_escape("abcdef", out, 4), -1);
 }
+
+Test(bench_factors, roof_by_working_set, .timeout = 10) {
+  bench_roof_t roof = {3, {1u << 20, 4u << 20, 16u << 20}, {90.0, 60.0, 20.0}};
+  /* below the smallest point: the smallest point's rate */
+  cr_expect(NEAR(bench_roof_at(&roof, 1000.0), 90.0));
+  /* the largest point not above the bytes moved (a smaller set is faster: an upper bound) */
+  cr_expect(NEAR(bench_roof_at(&roof, 4.0 * (1u << 20)), 60.0));
+  cr_expect(NEAR(bench_roof_at(&roof, 15.0 * (1u << 20)), 60.0));
+  cr_expect(NEAR(bench_roof_at(&roof, 1e12), 20.0));
+  bench_roof_t none = {0, {0}, {0}};
+  cr_expect(NEAR(bench_roof_at(&none, 1e6), 0.0));
+}
