@@ -83,24 +83,87 @@ def include_loops(src):
     return tarjan(files, edges), edges
 
 
+QUOTED_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def dependinfo_sources(build, tdir):
+    """{absolute object path: absolute source path} from the target's DependInfo.cmake,
+    which CMake writes with the exact source of every object; None when there is none
+    (another generator). Object names encode the source path lossily ("../" becomes
+    "__/", so "a__b.c" and "a/../b.c" look alike): never decode them."""
+    path = os.path.join(tdir, "DependInfo.cmake")
+    if not os.path.exists(path):
+        return None
+    out = {}
+    text = open(path, encoding="utf-8", errors="replace").read()
+    for m in re.finditer(r'set\((CMAKE_DEPENDS_DEPENDENCY_FILES|CMAKE_DEPENDS_CHECK_\w+)'
+                         r'((?:\s*"(?:[^"\\]|\\.)*")*)\s*\)', text):
+        vals = [v.replace('\\"', '"').replace("\\\\", "\\") for v in QUOTED_RE.findall(m.group(2))]
+        # DEPENDENCY_FILES: source, object, compiler, depfile; CHECK_<lang>: source, object
+        step = 4 if m.group(1) == "CMAKE_DEPENDS_DEPENDENCY_FILES" else 2
+        for i in range(0, len(vals) - step + 1, step):
+            out[os.path.realpath(os.path.join(build, vals[i + 1]))] = vals[i]
+    return out
+
+
+def depfile_source(obj):
+    """The source of @p obj from the compiler's depfile beside it (OBJ.d: "OBJ: SOURCE
+    HEADERS..."), or None."""
+    try:
+        text = open(obj + ".d", encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None
+    text = text.replace("\\\n", " ")
+    colon = re.search(r"(?<!\\):\s", text)
+    if not colon:
+        return None
+    m = re.match(r"\s*((?:\\ |[^\s])+)", text[colon.end():])
+    return m.group(1).replace("\\ ", " ") if m else None
+
+
+def target_dirs(build):
+    """This build's target folders (CMakeFiles/TargetDirectories.txt lists them, and not
+    those of builds nested inside it, such as the install check's); else every X.dir."""
+    listed = os.path.join(build, "CMakeFiles", "TargetDirectories.txt")
+    if os.path.exists(listed):
+        for line in open(listed, encoding="utf-8", errors="replace"):
+            d = line.strip()
+            if d and os.path.isdir(d):
+                yield d
+        return
+    for root, dirs, _ in os.walk(build):
+        if "CMakeFiles" in root.split(os.sep):
+            for d in dirs:
+                if d.endswith(".dir"):
+                    yield os.path.join(root, d)
+
+
 def objects(build, src=None):
-    """{target dir: [(source, object path)]} from CMake's object layout. With src, an
-    object whose source file no longer exists (left by a rename in an incremental build)
+    """{target dir: [(source, object path)]}: each object of the build with the source
+    it was compiled from (relative to @p src when given). An object whose source CMake
+    no longer lists, or that no longer exists (left by a rename in an incremental build),
     is skipped: it is not part of the tree."""
+    build = os.path.abspath(build)
     targets = defaultdict(list)
-    for root, _, files in os.walk(build):
-        if ".dir" not in root or "CMakeFiles" not in root:
-            continue
-        tdir = root[: root.index(".dir") + 4]
-        for f in files:
-            if f.endswith(".o"):
-                rel = os.path.relpath(os.path.join(root, f), tdir)[:-2]
-                if src is not None:
-                    sdir = os.path.join(src, os.path.relpath(os.path.dirname(os.path.dirname(tdir)), build))
-                    path = os.path.normpath(os.path.join(sdir, rel.replace("__", "..")))
-                    if not os.path.exists(path):
+    for tdir in target_dirs(build):
+        known = dependinfo_sources(build, tdir)
+        for root, _, files in os.walk(tdir):
+            for f in files:
+                if not f.endswith(".o"):
+                    continue
+                obj = os.path.realpath(os.path.join(root, f))
+                source = known.get(obj) if known is not None else depfile_source(obj)
+                if source is None:
+                    if known is not None:
                         continue
-                targets[tdir].append((rel, os.path.join(root, f)))
+                    name = os.path.relpath(obj, tdir)[:-2]  # no record: the object's name
+                else:
+                    if not os.path.isabs(source):
+                        source = os.path.join(build, source)
+                    if not os.path.exists(source):
+                        continue
+                    name = os.path.relpath(source, src) if src is not None else source
+                targets[tdir].append((os.path.normpath(name), obj))
     return targets
 
 
@@ -125,20 +188,20 @@ def call_loops(build, src=None):
         if len(objs) < 2:
             continue
         owner, uses = {}, {}
-        for src, obj in objs:
+        for name, obj in objs:
             d, u = nm_symbols(obj)
             for s in d:
-                owner.setdefault(s, src)
-            uses[src] = u
+                owner.setdefault(s, name)
+            uses[name] = u
         edges, why = defaultdict(set), defaultdict(set)
-        for src, u in uses.items():
+        for name, u in uses.items():
             for s in u:
                 o = owner.get(s)
                 if OPS_TABLE_RE.match(s):
                     continue
-                if o and o != src:
-                    edges[src].add(o)
-                    why[(src, o)].add(s)
+                if o and o != name:
+                    edges[name].add(o)
+                    why[(name, o)].add(s)
         for comp in tarjan(set(uses), edges):
             detail = []
             for a in comp:
