@@ -4,6 +4,7 @@
 #include "model_err.h"
 #include "topology_shape.h"
 #include "host_memory.h"
+#include "assumed_list.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -228,47 +229,6 @@ static const char *const sim_catalog_figures[] = {
     "per_link_gbps", "line_gbps", "per_card_gbps", "links_per_card", "efficiency",
     "latency_us",    "hop_us"};
 
-static int sim_catalog_get_assumed(const cJSON *o, char *out, size_t outlen, const char *sep,
-                                   const char *where, const char *const *allowed,
-                                   size_t nallowed, char *err, size_t errlen) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "assumed");
-  if (!a) return 0;
-  if (!cJSON_IsArray(a)) {
-    ulsim__err(err, errlen, "%s: field \"assumed\" must be an array of field names", where);
-    return -1;
-  }
-  out[0] = 0;
-  const cJSON *e;
-  int k = 0;
-  cJSON_ArrayForEach(e, a) {
-    int ok = cJSON_IsString(e) && e->valuestring && *e->valuestring;
-    for (size_t i = 0; ok && allowed && i < nallowed; i++)
-      if (!strcmp(e->valuestring, allowed[i])) break;
-      else if (i + 1 == nallowed) ok = 0;
-    if (!ok) {
-      ulsim__err(err, errlen, "%s: assumed[%d] must %s%s%s%s", where, k,
-                 allowed ? "name one of the entry's figures" : "be a non-empty sentence",
-                 cJSON_IsString(e) ? " (got \"" : "", cJSON_IsString(e) ? e->valuestring : "",
-                 cJSON_IsString(e) ? "\")" : "");
-      return -1;
-    }
-    /* The entries are kept joined by sep (and split on it when written back): an entry
-     * holding sep, or a list past the room, would not come back as it was given. */
-    size_t len = strlen(out);
-    if (strstr(e->valuestring, sep) ||
-        len + (len ? strlen(sep) : 0) + strlen(e->valuestring) >= outlen) {
-      ulsim__err(err, errlen, "%s: assumed[%d] %s", where, k,
-                 strstr(e->valuestring, sep) ? "holds the list separator; give each sentence as "
-                                               "its own entry"
-                                             : "makes the list too long for the topology");
-      return -1;
-    }
-    snprintf(out + len, outlen - len, "%s%s", len ? sep : "", e->valuestring);
-    k++;
-  }
-  return 0;
-}
-
 /* Largest single link of any kind in the catalog is NVLink-C2C (450 GB/s per direction):
  * a per-link figure far above that is a per-card total or a bit rate in the wrong field. */
 #define SIM_CATALOG_MAX_LINK_GBPS 1000.0
@@ -301,8 +261,8 @@ static int sim_catalog_link_fields(const cJSON *o, ulsim_link_t *l, int required
                           errlen) ||
       sim_catalog_get_str(o, "source", required, l->source, sizeof l->source, where, err,
                           errlen) ||
-      sim_catalog_get_assumed(o, l->assumed, sizeof l->assumed, ", ", where, sim_catalog_figures,
-                              sizeof sim_catalog_figures / sizeof sim_catalog_figures[0], err,
+      ulsim__assumed_parse(o, l->assumed, sizeof l->assumed, ", ", where, sim_catalog_figures,
+                           sizeof sim_catalog_figures / sizeof sim_catalog_figures[0], err,
                               errlen))
     return -1;
   /* line_gbps is the older name of per_link_gbps: both may be given only if they agree */
@@ -530,8 +490,8 @@ ul_result_t ulsim_topology_parse(const char *text, const char *origin, const uls
   snprintf(where, sizeof where, "%s (topology \"%s\")", origin, tmp.name);
   int rpn = 0;
   if (sim_catalog_get_int(root, "ranks_per_node", 0, 1, 1 << 20, &rpn, where, err, errlen) ||
-      sim_catalog_get_assumed(root, tmp.assumed, sizeof tmp.assumed, "; ", where, NULL, 0, err,
-                              errlen))
+      ulsim__assumed_parse(root, tmp.assumed, sizeof tmp.assumed, "; ", where, NULL, 0, err,
+                           errlen))
     goto out;
   const cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "sources");
   if (src) {

@@ -6,6 +6,7 @@
  * receiving GPU reads it back. A ring of g GPUs at bus bandwidth B therefore moves
  * 2 x g x B through host DRAM, which caps B at DRAM x efficiency / (2 g). */
 #include "host_memory.h"
+#include "assumed_list.h"
 #include "model_err.h"
 
 #include <math.h>
@@ -46,40 +47,6 @@ static int hm_num(const cJSON *o, const char *field, double lo, double hi, int i
     return -1;
   }
   *out = x;
-  return 0;
-}
-
-static int hm_assumed(const cJSON *o, ulsim_host_memory_t *h, const char *where, char *err,
-                      size_t errlen) {
-  const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "assumed");
-  if (!a) return 0;
-  if (!cJSON_IsArray(a)) {
-    ulsim__err(err, errlen, "%s: field \"assumed\" must be an array of field names", where);
-    return -1;
-  }
-  const cJSON *e;
-  int k = 0;
-  cJSON_ArrayForEach(e, a) {
-    int ok = 0;
-    for (size_t i = 0; cJSON_IsString(e) && i < HM_NFIELDS; i++) ok |= !strcmp(e->valuestring, hm_fields[i]);
-    if (!ok) {
-      ulsim__err(err, errlen,
-                 "%s: assumed[%d] must name a host_memory field (sockets, channels_per_socket, "
-                 "mt_per_s, bytes_per_transfer, efficiency)%s%s%s",
-                 where, k, cJSON_IsString(e) ? " (got \"" : "",
-                 cJSON_IsString(e) ? e->valuestring : "", cJSON_IsString(e) ? "\")" : "");
-      return -1;
-    }
-    size_t len = strlen(h->assumed);
-    if (len + 2 + strlen(e->valuestring) >= sizeof h->assumed) {
-      /* a cut name would not read back: refuse instead (repeated names, say) */
-      ulsim__err(err, errlen, "%s: assumed[%d] makes the list too long (name each field once)",
-                 where, k);
-      return -1;
-    }
-    snprintf(h->assumed + len, sizeof h->assumed - len, "%s%s", len ? ", " : "", e->valuestring);
-    k++;
-  }
   return 0;
 }
 
@@ -140,7 +107,8 @@ int ulsim__host_memory_parse(const cJSON *intra, ulsim_topology_t *t, const char
       hm_num(hm, "mt_per_s", 100, 20000, 0, &h.mt_per_s, w, err, errlen) ||
       hm_num(hm, "bytes_per_transfer", 1, 64, 0, &h.bytes_per_transfer, w, err, errlen) ||
       hm_num(hm, "efficiency", 0.01, 1.0, 0, &h.efficiency, w, err, errlen) ||
-      hm_assumed(hm, &h, w, err, errlen))
+      ulsim__assumed_parse(hm, h.assumed, sizeof h.assumed, ", ", w, hm_fields, HM_NFIELDS, err,
+                           errlen))
     return -1;
   h.sockets = (int)sockets;
   h.channels_per_socket = (int)channels;
@@ -159,19 +127,7 @@ void ulsim__host_memory_write(const ulsim_topology_t *t, cJSON *intra) {
   cJSON_AddNumberToObject(o, "mt_per_s", h->mt_per_s);
   cJSON_AddNumberToObject(o, "bytes_per_transfer", h->bytes_per_transfer);
   cJSON_AddNumberToObject(o, "efficiency", h->efficiency);
-  if (h->assumed[0]) {
-    cJSON *a = cJSON_AddArrayToObject(o, "assumed");
-    char buf[sizeof h->assumed];
-    snprintf(buf, sizeof buf, "%s", h->assumed);
-    for (char *s = buf, *next; s && *s; s = next) {
-      next = strstr(s, ", ");
-      if (next) {
-        *next = 0;
-        next += 2;
-      }
-      cJSON_AddItemToArray(a, cJSON_CreateString(s));
-    }
-  }
+  if (h->assumed[0]) cJSON_AddItemToObject(o, "assumed", ulsim__split_list(h->assumed, ", "));
 }
 
 const char *ulsim_host_memory_explain(const ulsim_topology_t *t, const ulsim_bw_t *bw, char *buf,

@@ -9,7 +9,8 @@ set(UNILINK_MODEL_PARSER_SOURCES
   ${UNILINK_MODEL_DIR}/catalog.c
   ${UNILINK_MODEL_DIR}/topology_shape.c
   ${UNILINK_MODEL_DIR}/topology_write.c
-  ${UNILINK_MODEL_DIR}/host_memory.c)
+  ${UNILINK_MODEL_DIR}/host_memory.c
+  ${UNILINK_MODEL_DIR}/assumed_list.c)
 set(UNILINK_MODEL_SOURCES
   ${UNILINK_MODEL_PARSER_SOURCES}
   ${UNILINK_MODEL_DIR}/topology_params.c

@@ -3,28 +3,12 @@
 #include "ul_model.h"
 #include "topology_shape.h"
 #include "host_memory.h"
+#include "assumed_list.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A joined list back into a JSON array of strings. */
-static cJSON *sim_catalog_split_list(const char *joined, const char *sep) {
-  cJSON *a = cJSON_CreateArray();
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", joined);
-  size_t sl = strlen(sep);
-  for (char *s = buf, *next; s && *s; s = next) {
-    next = strstr(s, sep);
-    if (next) {
-      *next = 0;
-      next += sl;
-    }
-    cJSON_AddItemToArray(a, cJSON_CreateString(s));
-  }
-  return a;
-}
 
 static cJSON *sim_catalog_link_json(const ulsim_link_t *l) {
   cJSON *o = cJSON_CreateObject();
@@ -42,7 +26,7 @@ static cJSON *sim_catalog_link_json(const ulsim_link_t *l) {
   cJSON_AddItemToObject(o, "hop_us", cJSON_CreateDoubleArray(l->hop_us, ULSIM_NPROTO));
   if (l->confidence[0]) cJSON_AddStringToObject(o, "confidence", l->confidence);
   cJSON_AddStringToObject(o, "source", l->source[0] ? l->source : "unknown");
-  if (l->assumed[0]) cJSON_AddItemToObject(o, "assumed", sim_catalog_split_list(l->assumed, ", "));
+  if (l->assumed[0]) cJSON_AddItemToObject(o, "assumed", ulsim__split_list(l->assumed, ", "));
   return o;
 }
 
@@ -52,22 +36,12 @@ ul_result_t ulsim_topology_write(const ulsim_topology_t *t, FILE *f) {
   cJSON_AddStringToObject(r, "format", "unilink-topology/1");
   cJSON_AddStringToObject(r, "name", t->name);
   cJSON_AddStringToObject(r, "description", t->description);
-  cJSON *src = cJSON_AddArrayToObject(r, "sources");
   /* sources were joined with "; " when read: split them back */
-  char buf[sizeof t->sources];
-  snprintf(buf, sizeof buf, "%s", t->sources);
-  for (char *s = buf, *next; s && *s; s = next) {
-    next = strstr(s, "; ");
-    if (next) {
-      *next = 0;
-      next += 2;
-    }
-    cJSON_AddItemToArray(src, cJSON_CreateString(s));
-  }
+  cJSON_AddItemToObject(r, "sources", ulsim__split_list(t->sources, "; "));
   cJSON_AddNumberToObject(r, "gpus_per_node", ulsim__node_gpus(t));
   if (t->gpus_per_node != ulsim__node_gpus(t))
     cJSON_AddNumberToObject(r, "ranks_per_node", t->gpus_per_node);
-  if (t->assumed[0]) cJSON_AddItemToObject(r, "assumed", sim_catalog_split_list(t->assumed, "; "));
+  if (t->assumed[0]) cJSON_AddItemToObject(r, "assumed", ulsim__split_list(t->assumed, "; "));
   cJSON_AddNumberToObject(r, "nodes", t->nodes);
   if (t->calibrated) cJSON_AddNumberToObject(r, "calibrated", 1);
   cJSON *in = cJSON_AddObjectToObject(r, "intra");

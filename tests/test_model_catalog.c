@@ -428,6 +428,11 @@ Test(model_catalog, bandwidth_fields_are_unit_checked, .timeout = 30) {
   cr_assert_eq(ulsim_catalog_parse(link_entry("\"per_link_gbps\": 1, \"assumed\": [\"speed\"]"),
                                    "c.json", &c2, err, sizeof err), UL_ERR_INVALID_ARG);
   cr_assert(strstr(err, "assumed[0]") && strstr(err, "speed"), "%s", err);
+  /* the sentence says which names would do */
+  cr_assert(strstr(err, "per_link_gbps, line_gbps") && strstr(err, "hop_us"), "%s", err);
+  cr_assert_eq(ulsim_catalog_parse(link_entry("\"per_link_gbps\": 1, \"assumed\": [3]"),
+                                   "c.json", &c2, err, sizeof err), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(err, "assumed[0]") && strstr(err, "not a string"), "%s", err);
   cr_assert_eq(ulsim_catalog_parse(link_entry("\"per_link_gbps\": 1, \"confidence\": \"high\", "
                                               "\"assumed\": [\"efficiency\"]"),
                                    "c.json", &c2, err, sizeof err), UL_ERR_INVALID_ARG);
