@@ -119,6 +119,7 @@ typedef struct bench_run {
   int bw_count;
   double membw;             /* host memory capacity, GB/s (largest roof point); 0 if none */
   bench_roof_t roof;        /* host capacity per working-set size (roof.n 0: none) */
+  int want_roof;            /* host backend: measure the roof (bench_roof_set) */
   int printing;             /* this process prints the nccl-tests table */
   int fault_wrong;          /* UNILINK_BENCH_FAULT=wrong test hook */
   /* failure */
@@ -139,6 +140,8 @@ void bench_exchange_free(bench_run_t *r);
 void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...);
 
 /* main sweep */
+/* Measure the host roofline once per process (cached) into r->roof and r->membw. */
+void bench_roof_set(bench_run_t *r);
 int bench_run_sweep(bench_run_t *r);
 /* p2p matrices */
 int bench_p2p_main(const bench_opts_t *o);

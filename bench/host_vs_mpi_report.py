@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Tables and target checks for bench/host-vs-mpi.sh: reads its logs (nccl-tests tables from
+unilink-bench and raw_mpi_bench) and prints, per timing method, collective and rank count,
+the host backend's out-of-place times with malloc and ul_mem_alloc buffers beside raw Open
+MPI's and raw MPICH's, speedups (raw time / host time, medians over rounds of per-round
+ratios) and %roof; then the targets of issue 18 with every point that misses one.
+
+    host_vs_mpi_report.py OUT_DIR ROUNDS"""
+import glob
+import math
+import os
+import re
+import statistics
+import sys
+
+ROW = re.compile(r"^\s+\d+\s+\d+\s")
+EXTRA = re.compile(r"^#\s+(\d+)\s+(\S+)\s+(\S+)")
+
+
+def parse(path):
+    """(size -> out-of-place us, size -> %roof) of the first block of a log (the host
+    backend, or the raw bench's only block)."""
+    times, roof = {}, {}
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return times, roof
+    extras = False
+    for line in lines:
+        if line.startswith("# unilink per size"):
+            extras = "%roof" in line
+            continue
+        if ROW.match(line):
+            f = line.split()
+            try:
+                times.setdefault(int(f[0]), float(f[5]))
+            except ValueError:
+                pass
+        elif extras:
+            m = EXTRA.match(line)
+            if m:
+                try:
+                    roof.setdefault(int(m.group(1)), float(m.group(3)))
+                except ValueError:
+                    pass
+            elif not line.startswith("#   ") and not line.startswith("# "):
+                extras = False
+    return times, roof
+
+
+def human(b):
+    for u, s in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= s and b % s == 0:
+            return f"{b // s}{u}"
+    return str(b)
+
+
+def med(v):
+    v = [x for x in v if x is not None and not math.isnan(x)]
+    return statistics.median(v) if v else float("nan")
+
+
+def fmt(x, w, p=2, suffix=""):
+    return f"{'-':>{w}}" if x is None or math.isnan(x) else f"{x:{w}.{p}f}{suffix}"
+
+
+def main():
+    out, rounds = sys.argv[1], int(sys.argv[2])
+    names = [os.path.basename(p)[:-4] for p in glob.glob(f"{out}/*.log")]
+    methods = [m for m in ("b2b", "sync") if any(f"-{m}-" in n for n in names)]
+    colls, nps = [], []
+    for n in sorted(names):
+        m = re.match(r"uni-\w+-\w+-(\w+)-np(\d+)-", n)
+        if m:
+            if m.group(1) not in colls:
+                colls.append(m.group(1))
+            if int(m.group(2)) not in nps:
+                nps.append(int(m.group(2)))
+    nps.sort()
+    title = {"b2b": "back to back (nccl-tests' method)", "sync": "synchronized per call"}
+    # data[(method, coll, np)][size] = list over rounds of dict of times/roofs
+    data = {}
+    for m in methods:
+        for c in colls:
+            for np in nps:
+                per = []
+                for r in range(1, rounds + 1):
+                    d = {}
+                    for part in ("small", "large"):
+                        tag = f"{m}-{c}-np{np}-{part}-r{r}"
+                        hm, rm = parse(f"{out}/uni-malloc-{tag}.log")
+                        hu, ru = parse(f"{out}/uni-ul-{tag}.log")
+                        om, _ = parse(f"{out}/ompi-{tag}.log")
+                        mp, _ = parse(f"{out}/mpich-{tag}.log")
+                        for s in set(hm) | set(hu):
+                            d[s] = dict(hm=hm.get(s), hu=hu.get(s), om=om.get(s), mp=mp.get(s),
+                                        rm=rm.get(s), ru=ru.get(s))
+                    per.append(d)
+                data[(m, c, np)] = per
+
+    def ratio(per, s, peer, host):
+        return med([d[s][peer] / d[s][host] for d in per
+                    if s in d and d[s][peer] and d[s][host]])
+
+    def value(per, s, k):
+        return med([d[s][k] for d in per if s in d and d[s][k] is not None])
+
+    misses = {1: [], 2: [], 3: [], 4: []}
+    for m in methods:
+        for c in colls:
+            for np in nps:
+                per = data[(m, c, np)]
+                sizes = sorted(set().union(*[d.keys() for d in per])) if per else []
+                if not sizes:
+                    continue
+                print(f"\n## {c}, np={np}, {title[m]}; medians of {rounds} round(s); "
+                      "speedup = time[raw MPI] / time[host]")
+                print(f"{'size':>6} {'malloc us':>10} {'ul us':>10} {'OpenMPI us':>11} "
+                      f"{'MPICH us':>10} {'OMPI/mal':>9} {'MPICH/mal':>10} {'OMPI/ul':>8} "
+                      f"{'roof mal':>9} {'roof ul':>8}")
+                for s in sizes:
+                    rom, rmp, rou = (ratio(per, s, "om", "hm"), ratio(per, s, "mp", "hm"),
+                                     ratio(per, s, "om", "hu"))
+                    pm, pu = value(per, s, "rm"), value(per, s, "ru")
+                    print(f"{human(s):>6} {fmt(value(per, s, 'hm'), 10)} "
+                          f"{fmt(value(per, s, 'hu'), 10)} {fmt(value(per, s, 'om'), 11)} "
+                          f"{fmt(value(per, s, 'mp'), 10)} {fmt(rom, 8, 2, 'x')} "
+                          f"{fmt(rmp, 9, 2, 'x')} {fmt(rou, 7, 2, 'x')} "
+                          f"{fmt(pm, 8, 1, '%')} {fmt(pu, 7, 1, '%')}")
+                    where = f"{m} {c} np{np} {human(s)}"
+                    for peer, r in (("Open MPI", rom), ("MPICH", rmp)):
+                        if not math.isnan(r) and r < 1.0:
+                            misses[1].append(f"{where}: {r:.2f}x {peer}")
+                    if c in ("allreduce", "reduce_scatter") and s >= 16 << 20 and \
+                            not math.isnan(rom) and rom < 3.0:
+                        misses[2].append(f"{where}: {rom:.2f}x Open MPI")
+                    if c == "allreduce" and np == 2 and s == 8 and not math.isnan(rom) and \
+                            1.0 / rom > 0.7:
+                        misses[3].append(f"{where}: host time = {1.0 / rom:.2f} x Open MPI's")
+                    if s >= 64 << 20:
+                        if not math.isnan(pu) and pu < 70:
+                            misses[4].append(f"{where}: ul buffers {pu:.1f}% of roof")
+                        if not math.isnan(pm) and pm < 60:
+                            misses[4].append(f"{where}: malloc buffers {pm:.1f}% of roof")
+        # thread ranks against raw np=2
+        for buf in ("malloc", "ul"):
+            per = []
+            for r in range(1, rounds + 1):
+                d = {}
+                for part in ("small", "large"):
+                    t, _ = parse(f"{out}/thr-{buf}-{m}-allreduce-{part}-r{r}.log")
+                    o, _ = parse(f"{out}/ompi-{m}-allreduce-np2-{part}-r{r}.log")
+                    p, _ = parse(f"{out}/mpich-{m}-allreduce-np2-{part}-r{r}.log")
+                    for s, v in t.items():
+                        d[s] = dict(h=v, om=o.get(s), mp=p.get(s))
+                per.append(d)
+            sizes = sorted(set().union(*[d.keys() for d in per])) if per else []
+            if not sizes:
+                continue
+            print(f"\n## allreduce, THREAD ranks (2, no mpirun, {buf} buffers) against raw MPI "
+                  f"np=2, {title[m]}")
+            print(f"{'size':>6} {'host us':>10} {'OpenMPI us':>11} {'MPICH us':>10} "
+                  f"{'OMPI/host':>10} {'MPICH/host':>11}")
+            for s in sizes:
+                print(f"{human(s):>6} {fmt(value(per, s, 'h'), 10)} "
+                      f"{fmt(value(per, s, 'om'), 11)} {fmt(value(per, s, 'mp'), 10)} "
+                      f"{fmt(ratio(per, s, 'om', 'h'), 9, 2, 'x')} "
+                      f"{fmt(ratio(per, s, 'mp', 'h'), 10, 2, 'x')}")
+    goals = {1: "every collective, every size, malloc buffers: >= 1.0x raw Open MPI and MPICH",
+             2: "allreduce and reduce_scatter, malloc buffers, >= 16 MiB: >= 3x raw Open MPI",
+             3: "allreduce np2 8 B, malloc buffers: host time <= 0.7 x Open MPI's",
+             4: ">= 64 MiB: >= 70% of the roofline (ul buffers), >= 60% (malloc buffers)"}
+    print("\n## Targets (issue 18), on the medians above")
+    for k in sorted(goals):
+        print(f"{'MET ' if not misses[k] else 'MISS'} {goals[k]}"
+              + (f": {len(misses[k])} point(s)" if misses[k] else ""))
+        for line in misses[k]:
+            print(f"       {line}")
+    print(f"\nraw logs: {out}")
+
+
+if __name__ == "__main__":
+    main()
