@@ -6,17 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../model/ul_model.h"
+#include "model_fixture.h"
 
-static ulsim_catalog_t cat;
-static char err[1024];
-
-static void setup(void) {
-  cr_assert_eq(ulsim_catalog_load_default(&cat, err, sizeof err), UL_OK, "%s", err);
-}
-static void teardown(void) { ulsim_catalog_free(&cat); }
-
-TestSuite(model_catalog, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(model_catalog, .init = model_setup, .fini = model_teardown, .timeout = 30);
 
 Test(model_catalog, shipped_catalog_covers_the_issue) {
   const char *want[] = {"nvlink1", "nvlink2", "nvlink3", "nvlink4", "nvlink5", "nvswitch3",
@@ -73,41 +65,29 @@ Test(model_catalog, node_count_suffix) {
   cr_assert_eq(ulsim_topology_load("../etc", &cat, &t, err, sizeof err), UL_ERR_NOT_FOUND);
 }
 
-static void expect_topology_error(const char *json, const char *needle1, const char *needle2) {
-  ulsim_topology_t t;
-  memset(&t, 0x5a, sizeof t);
-  ulsim_topology_t before = t;
-  cr_assert_eq(ulsim_topology_parse(json, "user.json", &cat, &t, err, sizeof err),
-               UL_ERR_INVALID_ARG, "accepted: %s", json);
-  cr_assert(strstr(err, "user.json"), "no file in: %s", err);
-  cr_assert(strstr(err, needle1), "no '%s' in: %s", needle1, err);
-  if (needle2) cr_assert(strstr(err, needle2), "no '%s' in: %s", needle2, err);
-  cr_assert_eq(memcmp(&t, &before, sizeof t), 0, "output changed on error");
-}
-
 Test(model_catalog, topology_errors_point_at_the_field) {
-  expect_topology_error("{\"name\": \"x\",", "malformed", NULL);
-  expect_topology_error("{\"name\": \"x\"}", "gpus_per_node", NULL);
-  expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 8}", "intra", NULL);
-  expect_topology_error(
+  model_expect_topology_error("{\"name\": \"x\",", "malformed", NULL);
+  model_expect_topology_error("{\"name\": \"x\"}", "gpus_per_node", NULL);
+  model_expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 8}", "intra", NULL);
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": \"ring\", \"link\": "
       "\"nvlink4\"}}",
       "shape", "ring");
-  expect_topology_error(
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": \"switch\", \"link\": "
       "\"nvlink9\", \"links_per_gpu\": 4}}",
       "intra.link", "nvlink9");
-  expect_topology_error(
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": \"8\", \"intra\": {}}", "gpus_per_node", "number");
-  expect_topology_error(
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": \"switch\", \"link\": "
       "\"nvlink4\", \"links_per_gpu\": 18, \"efficiency\": 7}}",
       "efficiency", "out of range");
-  expect_topology_error(
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": 8, \"nodes\": 2, \"intra\": {\"shape\": \"mesh\", "
       "\"link\": \"xgmi-mi300x\"}}",
       "inter", NULL);
-  expect_topology_error(
+  model_expect_topology_error(
       "{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": \"switch\", \"link\": "
       "{\"name\": \"custom\", \"family\": \"nvlink\", \"line_gbps\": 10}, \"links_per_gpu\": 2}}",
       "intra.link", "efficiency");
@@ -143,14 +123,7 @@ Test(model_catalog, write_and_read_back_a_user_file) {
   t.intra.efficiency = 0.5;
   t.launch_us = 12.5;
   t.calibrated = 1;
-  char path[] = "/tmp/unilink-topo-XXXXXX.json";
-  int fd = mkstemps(path, 5);
-  cr_assert_geq(fd, 0);
-  FILE *f = fdopen(fd, "w");
-  cr_assert_eq(ulsim_topology_write(&t, f), UL_OK);
-  fclose(f);
-  cr_assert_eq(ulsim_topology_load(path, &cat, &u, err, sizeof err), UL_OK, "%s", err);
-  unlink(path);
+  model_write_read_back(&t, &u);
   cr_assert_str_eq(u.name, t.name);
   cr_assert_float_eq(u.intra.efficiency, 0.5, 1e-12);
   cr_assert_float_eq(u.launch_us, 12.5, 1e-12);
@@ -332,7 +305,7 @@ Test(model_catalog, bad_parameters_are_refused_with_a_sentence, .timeout = 30) {
     cr_assert_eq(p.nics, 0, "'%s' half-parsed", bad[i].text);
   }
   /* a topology file asking for more ranks than GPUs */
-  expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 4, \"ranks_per_node\": 8, "
+  model_expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 4, \"ranks_per_node\": 8, "
                         "\"intra\": {\"shape\": \"switch\", \"link\": \"nvlink4\", "
                         "\"links_per_gpu\": 18}}",
                         "8 ranks per node", "4 GPUs");
@@ -377,7 +350,7 @@ Test(model_catalog, per_card_figures_are_not_multiplied_by_peers, .timeout = 30)
   cr_assert_eq(ulsim_topology_load("ascend910b-8", &cat, &t, err, sizeof err), UL_OK);
   cr_assert_eq(ulsim_bandwidths(&t, 8, &bw, err, sizeof err), UL_OK);
   cr_assert_float_eq(bw.ring, 196.0 * 0.75, 1e-9);
-  expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": "
+  model_expect_topology_error("{\"name\": \"x\", \"gpus_per_node\": 8, \"intra\": {\"shape\": "
                         "\"mesh\", \"link\": \"hccs-910b\", \"links_per_peer\": 2}}",
                         "14 hccs-910b links", "has 7");
 }

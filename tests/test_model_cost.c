@@ -4,51 +4,37 @@
 #include <math.h>
 #include <string.h>
 
-#include "../model/ul_model.h"
-
-static ulsim_catalog_t cat;
-static char err[1024];
-
-static void setup(void) {
-  cr_assert_eq(ulsim_catalog_load_default(&cat, err, sizeof err), UL_OK, "%s", err);
-}
-static void teardown(void) { ulsim_catalog_free(&cat); }
-
-static ulsim_topology_t topo(const char *name) {
-  ulsim_topology_t t;
-  cr_assert_eq(ulsim_topology_load(name, &cat, &t, err, sizeof err), UL_OK, "%s", err);
-  return t;
-}
+#include "model_fixture.h"
 
 #define GiB 1073741824.0
 #define ASSERT_REL(got, want) \
   cr_assert(fabs((got) - (want)) <= 1e-9 * fabs(want) + 1e-9, "got %.9f want %.9f", (got), (want))
 
-TestSuite(model_cost, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(model_cost, .init = model_setup, .fini = model_teardown, .timeout = 30);
 
 Test(model_cost, bandwidths_of_presets) {
   ulsim_bw_t bw;
-  ulsim_topology_t h = topo("dgx-h100");
+  ulsim_topology_t h = model_topo("dgx-h100");
   cr_assert_eq(ulsim_bandwidths(&h, 8, &bw, err, sizeof err), UL_OK);
   ASSERT_REL(bw.ring, 18 * 25.0 * 0.82); /* 369 GB/s */
   cr_assert_eq(bw.nvls_alg, 0.0);
   cr_assert_eq(bw.nnodes, 1);
   /* MI300X: a pair gets one xGMI link (48 GB/s), eight GPUs spread over 7 links */
-  ulsim_topology_t m = topo("mi300x-8gpu");
+  ulsim_topology_t m = model_topo("mi300x-8gpu");
   cr_assert_eq(ulsim_bandwidths(&m, 2, &bw, err, sizeof err), UL_OK);
   ASSERT_REL(bw.ring, 64 * 0.75);
   cr_assert_eq(ulsim_bandwidths(&m, 8, &bw, err, sizeof err), UL_OK);
   ASSERT_REL(bw.ring, 7 * 64 * 0.75);
   ASSERT_REL(bw.pair, 64 * 0.75);
   /* two nodes of DGX H100: 8 NDR NICs at 0.95 */
-  ulsim_topology_t h2 = topo("dgx-h100x2");
+  ulsim_topology_t h2 = model_topo("dgx-h100x2");
   cr_assert_eq(ulsim_bandwidths(&h2, 16, &bw, err, sizeof err), UL_OK);
   cr_assert_eq(bw.nnodes, 2);
   cr_assert_eq(bw.ppn, 8);
   ASSERT_REL(bw.inter, 8 * 50 * 0.95);
   ASSERT_REL(bw.hop_inter[ULSIM_SIMPLE], 14.0 + 0.6);
   /* NVLS only above 4 GPUs */
-  ulsim_topology_t n = topo("dgx-h100-nvls");
+  ulsim_topology_t n = model_topo("dgx-h100-nvls");
   cr_assert_eq(ulsim_bandwidths(&n, 4, &bw, err, sizeof err), UL_OK);
   cr_assert_eq(bw.nvls_alg, 0.0);
   cr_assert_eq(ulsim_bandwidths(&n, 8, &bw, err, sizeof err), UL_OK);
@@ -56,7 +42,7 @@ Test(model_cost, bandwidths_of_presets) {
 }
 
 Test(model_cost, ring_allreduce_1GiB_h100_by_hand) {
-  ulsim_topology_t t = topo("dgx-h100");
+  ulsim_topology_t t = model_topo("dgx-h100");
   ulsim_cost_t c;
   cr_assert_eq(ulsim_cost(&t, UL_COLL_ALLREDUCE, GiB, 8, "ring", &c, err, sizeof err), UL_OK,
                "%s", err);
@@ -70,7 +56,7 @@ Test(model_cost, ring_allreduce_1GiB_h100_by_hand) {
 }
 
 Test(model_cost, hierarchical_multinode_by_hand) {
-  ulsim_topology_t t = topo("dgx-a100x4");
+  ulsim_topology_t t = model_topo("dgx-a100x4");
   ulsim_cost_t c;
   cr_assert_eq(ulsim_cost(&t, UL_COLL_ALLREDUCE, GiB, 32, "hier", &c, err, sizeof err), UL_OK,
                "%s", err);
@@ -84,7 +70,7 @@ Test(model_cost, hierarchical_multinode_by_hand) {
 }
 
 Test(model_cost, nvls_large_allreduce_and_threshold) {
-  ulsim_topology_t t = topo("dgx-h100-nvls");
+  ulsim_topology_t t = model_topo("dgx-h100-nvls");
   ulsim_cost_t c;
   cr_assert_eq(ulsim_cost(&t, UL_COLL_ALLREDUCE, 8 * GiB, 8, NULL, &c, err, sizeof err), UL_OK);
   cr_assert_str_eq(c.algorithm, "nvls");
@@ -108,7 +94,7 @@ Test(model_cost, factors_sizes_and_other_collectives) {
   ASSERT_REL(ulsim_bus_factor(UL_COLL_BROADCAST, 4), 1.0);
   ASSERT_REL(ulsim_size_from_call_bytes(UL_COLL_ALLGATHER, 100, 4), 400.0);
   ASSERT_REL(ulsim_size_from_call_bytes(UL_COLL_ALLREDUCE, 100, 4), 100.0);
-  ulsim_topology_t t = topo("pcie5-8gpu");
+  ulsim_topology_t t = model_topo("pcie5-8gpu");
   ulsim_cost_t c;
   /* bus topology: no direct algorithms, ring allgather at 63 x 0.76 GB/s */
   cr_assert_eq(ulsim_cost(&t, UL_COLL_ALLGATHER, GiB, 8, NULL, &c, err, sizeof err), UL_OK);
@@ -157,13 +143,13 @@ Test(model_cost, train_reproduces_reference_worked_example) {
                          .mfu = 0.45, .zero = 0, .bucket_bytes = 0, .overlap = 0,
                          .grad_bytes = 2};
   ulsim_train_out_t o;
-  ulsim_topology_t h = topo("dgx-h100");
+  ulsim_topology_t h = model_topo("dgx-h100");
   cr_assert_eq(ulsim_train(&h, &in, &o, err, sizeof err), UL_OK, "%s", err);
   ASSERT_REL(o.compute_s, 6 * 7e9 * 32768 / (989e12 * 0.45));
   cr_assert_eq(o.nbuckets, 1);
   cr_assert(fabs(o.comm_s - 0.066) / 0.066 < 0.10, "NVLink4 sync %.4f s", o.comm_s);
   cr_assert(fabs(o.exposed_s / o.step_s - 0.02) < 0.01);
-  ulsim_topology_t p = topo("pcie5-8gpu");
+  ulsim_topology_t p = model_topo("pcie5-8gpu");
   cr_assert_eq(ulsim_train(&p, &in, &o, err, sizeof err), UL_OK);
   cr_assert(fabs(o.comm_s - 0.51) / 0.51 < 0.10, "PCIe5 sync %.4f s", o.comm_s);
   cr_assert(fabs(o.exposed_s / o.step_s - 0.14) < 0.02);

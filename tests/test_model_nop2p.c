@@ -6,23 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../model/ul_model.h"
+#include "model_fixture.h"
 
-static ulsim_catalog_t cat;
-static char err[1024];
-
-static void setup(void) {
-  cr_assert_eq(ulsim_catalog_load_default(&cat, err, sizeof err), UL_OK, "%s", err);
-}
-static void teardown(void) { ulsim_catalog_free(&cat); }
-
-TestSuite(model_nop2p, .init = setup, .fini = teardown, .timeout = 30);
-
-static ulsim_topology_t topo(const char *name) {
-  ulsim_topology_t t;
-  cr_assert_eq(ulsim_topology_load(name, &cat, &t, err, sizeof err), UL_OK, "%s", err);
-  return t;
-}
+TestSuite(model_nop2p, .init = model_setup, .fini = model_teardown, .timeout = 30);
 
 static ulsim_bw_t bws(const ulsim_topology_t *t, int ranks) {
   ulsim_bw_t bw;
@@ -31,7 +17,7 @@ static ulsim_bw_t bws(const ulsim_topology_t *t, int ranks) {
 }
 
 Test(model_nop2p, pcie5_cap_by_hand) {
-  ulsim_topology_t t = topo("pcie5-8gpu-nop2p");
+  ulsim_topology_t t = model_topo("pcie5-8gpu-nop2p");
   cr_assert_eq(t.no_p2p, 1);
   cr_assert_eq(t.host_mem.sockets, 2);
   cr_assert_eq(t.host_mem.channels_per_socket, 8);
@@ -52,7 +38,7 @@ Test(model_nop2p, pcie5_cap_by_hand) {
 }
 
 Test(model_nop2p, fewer_gpus_share_the_dram_less) {
-  ulsim_topology_t t = topo("pcie5-8gpu-nop2p");
+  ulsim_topology_t t = model_topo("pcie5-8gpu-nop2p");
   /* 4 GPUs: 614.4 x 0.77 / 8 = 59.136 > PCIe 47.88, so PCIe sets the pace again */
   ulsim_bw_t bw = bws(&t, 4);
   cr_assert_float_eq(bw.host_cap, 59.136, 1e-9);
@@ -63,7 +49,7 @@ Test(model_nop2p, fewer_gpus_share_the_dram_less) {
 }
 
 Test(model_nop2p, pcie4_cap_by_hand) {
-  ulsim_topology_t t = topo("pcie4-8gpu-nop2p");
+  ulsim_topology_t t = model_topo("pcie4-8gpu-nop2p");
   /* DDR4-3200: 3200 x 8 B x 8 ch x 2 sockets = 409.6 GB/s; x 0.77 / 16 = 19.712 < 23.94 */
   cr_assert_float_eq(ulsim_host_memory_gbps(&t.host_mem), 409.6, 1e-9);
   ulsim_bw_t bw = bws(&t, 8);
@@ -75,7 +61,7 @@ Test(model_nop2p, p2p_presets_unchanged) {
   for (int gen = 4; gen <= 5; gen++) {
     char name[32];
     snprintf(name, sizeof name, "pcie%d-8gpu", gen);
-    ulsim_topology_t t = topo(name);
+    ulsim_topology_t t = model_topo(name);
     cr_assert_eq(t.no_p2p, 0, "%s", name);
     ulsim_bw_t bw = bws(&t, 8);
     cr_assert_float_eq(bw.host_cap, 0.0, 1e-12);
@@ -86,7 +72,7 @@ Test(model_nop2p, p2p_presets_unchanged) {
 }
 
 Test(model_nop2p, allreduce_1GiB_by_hand) {
-  ulsim_topology_t t = topo("pcie5-8gpu-nop2p");
+  ulsim_topology_t t = model_topo("pcie5-8gpu-nop2p");
   ulsim_cost_t c;
   double S = 1073741824.0;
   cr_assert_eq(ulsim_cost(&t, UL_COLL_ALLREDUCE, S, 8, NULL, &c, err, sizeof err), UL_OK, "%s",
@@ -104,7 +90,7 @@ Test(model_nop2p, allreduce_1GiB_by_hand) {
   cr_assert(strstr(c.sources, "host memory") && strstr(c.sources, "assumed: efficiency"), "%s",
             c.sources);
   /* the same size with P2P: PCIe-bound, the cap is absent */
-  ulsim_topology_t p = topo("pcie5-8gpu");
+  ulsim_topology_t p = model_topo("pcie5-8gpu");
   ulsim_cost_t d;
   cr_assert_eq(ulsim_cost(&p, UL_COLL_ALLREDUCE, S, 8, NULL, &d, err, sizeof err), UL_OK);
   cr_assert_gt(d.busbw_gbps, 47.0);
@@ -112,15 +98,8 @@ Test(model_nop2p, allreduce_1GiB_by_hand) {
 }
 
 Test(model_nop2p, write_and_read_back) {
-  ulsim_topology_t t = topo("pcie5-8gpu-nop2p"), u;
-  char path[] = "/tmp/unilink-nop2p-XXXXXX.json";
-  int fd = mkstemps(path, 5);
-  cr_assert_geq(fd, 0);
-  FILE *f = fdopen(fd, "w");
-  cr_assert_eq(ulsim_topology_write(&t, f), UL_OK);
-  fclose(f);
-  cr_assert_eq(ulsim_topology_load(path, &cat, &u, err, sizeof err), UL_OK, "%s", err);
-  unlink(path);
+  ulsim_topology_t t = model_topo("pcie5-8gpu-nop2p"), u;
+  model_write_read_back(&t, &u);
   cr_assert_eq(u.no_p2p, 1);
   cr_assert_eq(u.host_mem.sockets, 2);
   cr_assert_eq(u.host_mem.channels_per_socket, 8);
@@ -137,16 +116,10 @@ Test(model_nop2p, write_and_read_back) {
 #define HM_OK "\"sockets\": 2, \"channels_per_socket\": 8, \"mt_per_s\": 4800, " \
               "\"bytes_per_transfer\": 8, \"efficiency\": 0.77"
 
+/* Refused like any topology error, and the sentence names the "intra" object. */
 static void expect_error(const char *json, const char *needle1, const char *needle2) {
-  ulsim_topology_t t;
-  memset(&t, 0x5a, sizeof t);
-  ulsim_topology_t before = t;
-  cr_assert_eq(ulsim_topology_parse(json, "user.json", &cat, &t, err, sizeof err),
-               UL_ERR_INVALID_ARG, "accepted: %s", json);
-  cr_assert(strstr(err, "user.json") && strstr(err, "intra"), "no file/field in: %s", err);
-  cr_assert(strstr(err, needle1), "no '%s' in: %s", needle1, err);
-  if (needle2) cr_assert(strstr(err, needle2), "no '%s' in: %s", needle2, err);
-  cr_assert_eq(memcmp(&t, &before, sizeof t), 0, "output changed on error");
+  model_expect_topology_error(json, needle1, needle2);
+  cr_assert(strstr(err, "intra"), "no field in: %s", err);
 }
 
 Test(model_nop2p, parser_refuses_bad_host_memory) {

@@ -7,16 +7,9 @@
 #include <string.h>
 
 #include "../model/tuner.h"
-#include "../model/ul_model.h"
+#include "model_fixture.h"
 
-static ulsim_catalog_t cat;
-static char err[1024];
-
-static void setup(void) {
-  cr_assert_eq(ulsim_catalog_load_default(&cat, err, sizeof err), UL_OK, "%s", err);
-}
-static void teardown(void) { ulsim_catalog_free(&cat); }
-TestSuite(model_tuner, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(model_tuner, .init = model_setup, .fini = model_teardown, .timeout = 30);
 
 static void expect(const char *topo, int ranks, double bytes, const char *algo,
                    ulsim_proto_t proto) {
