@@ -1,6 +1,8 @@
 /* Staged algorithms for small messages: each rank copies its input into its own shared
  * scratch, one READY/DONE signal exchange synchronises, and readers take what they need
  * straight from the peers' scratch (needs every peer's scratch load/store reachable). */
+#include <string.h>
+
 #include "generic_internal.h"
 
 /* Small messages with one synchronisation, when every rank's scratch is load/store
@@ -165,4 +167,109 @@ UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
   }
 #undef STAGED
   return staged_done(x);
+}
+
+/* ---------------------------------------------------------------- flagged lines */
+
+/* The smallest collectives, where a call costs a few cache-line transfers and every extra
+ * one shows: each rank writes its data for a peer straight into that peer's scratch, in
+ * 64-byte lines that carry the epoch beside up to 56 bytes of payload (written last, with
+ * release order), so a reader that sees the epoch has the data in the same transfer. No
+ * staging copy and no acknowledgement: these collectives are symmetric (every rank waits
+ * for every peer each epoch), so when a rank starts epoch k every peer has finished k-2,
+ * and two sets of lines, by epoch parity, never overwrite data still to be read. A
+ * signal per epoch still goes to each peer, after the lines: a reader that does not find
+ * its lines within a short spin falls back to the ordinary timed wait (timeouts, aborts,
+ * lost peers, sleeping when ranks outnumber cores). */
+#define LINE_SPIN 256
+
+static char *line_at(const ul__generic_t *g, void *base, int src, uint64_t k, int i) {
+  return (char *)base + g->ll_off +
+         (((size_t)src * 2 + (size_t)(k & 1)) * UL__LL_LINES + (size_t)i) * UL__LL_LINE;
+}
+
+/* Rank p's lines from this rank for epoch k: payload first, then the epoch. */
+static void line_push(const ul__generic_t *g, int p, uint64_t k, const void *src, size_t b) {
+  const char *s = src;
+  for (int i = 0; b > 0; i++) {
+    size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
+    char *line = line_at(g, g->peer_bases[p], g->me, k, i);
+    memcpy(line + sizeof(uint64_t), s, m);
+    __atomic_store_n((uint64_t *)line, k, __ATOMIC_RELEASE);
+    s += m;
+    b -= m;
+  }
+}
+
+/* Rank q's data for epoch k, from this rank's own scratch into dst. */
+static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t b) {
+  ul__generic_t *g = x->g;
+  char *d = dst;
+  for (int i = 0; b > 0; i++) {
+    size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
+    const char *line = line_at(g, g->scratch, q, k, i);
+    int spin = g->n > g->ncpu ? 0 : LINE_SPIN; /* oversubscribed: the peer needs our core */
+    while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k && spin-- > 0)
+      ul__cpu_relax();
+    if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k) {
+      UL_CHECK(ul__gwait(g, UL__SIG_LL(g, q), k, q, x->bs));
+      if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k)
+        return ul__comm_set_error(x->c, UL_ERR_INTERNAL,
+                                  "%s: rank %d signalled epoch %llu but its line %d holds %llu",
+                                  g->opname, q, (unsigned long long)k, i,
+                                  (unsigned long long)__atomic_load_n((const uint64_t *)line,
+                                                                      __ATOMIC_ACQUIRE));
+    }
+    memcpy(d, line + sizeof(uint64_t), m);
+    d += m;
+    b -= m;
+  }
+  return UL_OK;
+}
+
+/* Bytes a rank sends each peer in ul__line_small. */
+UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x) { return x->a->count * x->esize; }
+
+UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me;
+  size_t cb = ul__line_bytes(x);
+  int blocks = a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER;
+  if (n == 1 && a->coll == UL_COLL_ALLREDUCE) return ul__single_rank_allreduce(x);
+  uint64_t k = ++g->ll_epoch;
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    line_push(g, p, k, blocks ? at(a->sendbuf, (size_t)p * a->count, x->esize) : a->sendbuf, cb);
+  }
+  for (int i = 1; i < n; i++)
+    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LL(g, me), x->bs));
+  if (a->coll == UL_COLL_ALLGATHER || a->coll == UL_COLL_ALLTOALL) {
+    for (int r = 0; r < n; r++) {
+      char *dst = at(a->recvbuf, (size_t)r * a->count, x->esize);
+      if (r != me) UL_CHECK(line_pull(x, r, k, dst, cb));
+      else if (blocks) UL_CHECK(ul__copy_if_needed(x, dst, at(a->sendbuf, (size_t)me * a->count, x->esize), a->count));
+      else UL_CHECK(ul__copy_if_needed(x, dst, a->sendbuf, a->count));
+    }
+    return UL_OK;
+  }
+  /* allreduce, reduce_scatter: reduce all n inputs in rank order (the same result on
+   * every rank), in cache-line-aligned temporaries: recvbuf may alias sendbuf */
+  _Alignas(64) char acc[UL__LL_MAX_BYTES], in[UL__LL_MAX_BYTES];
+  const char *mine = blocks ? at(a->sendbuf, (size_t)me * a->count, x->esize) : a->sendbuf;
+  for (int r = 0; r < n; r++) {
+    const char *src = mine;
+    if (r != me) {
+      UL_CHECK(line_pull(x, r, k, r == 0 ? acc : in, cb));
+      src = r == 0 ? acc : in;
+    }
+    if (r == 0) {
+      if (src != acc) memcpy(acc, src, cb);
+    } else {
+      UL_CHECK(REDUCE(x, acc, acc, src, a->count));
+    }
+  }
+  memcpy(a->recvbuf, acc, cb);
+  if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  return UL_OK;
 }

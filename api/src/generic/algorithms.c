@@ -29,13 +29,16 @@ typedef struct algo_entry {
 
 /* In order of preference; the first one whose needs and size limits fit runs. */
 static const algo_entry_t algorithms[] = {
+    {UL_COLL_ALLREDUCE, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLREDUCE, "oneshot", NEED_SHARED, ul__staged_oneshot_allreduce},
     {UL_COLL_ALLREDUCE, "direct", NEED_DIRECT, ul__direct_allreduce},
     {UL_COLL_ALLREDUCE, "oneshot-channel", NEED_NONE, ul__oneshot_allreduce},
     {UL_COLL_ALLREDUCE, "ring", NEED_NONE, ul__ring_allreduce},
+    {UL_COLL_REDUCE_SCATTER, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_REDUCE_SCATTER, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_REDUCE_SCATTER, "direct", NEED_DIRECT, ul__direct_reduce_scatter},
     {UL_COLL_REDUCE_SCATTER, "ring", NEED_NONE, ul__ring_reduce_scatter},
+    {UL_COLL_ALLGATHER, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLGATHER, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_ALLGATHER, "direct", NEED_DIRECT, ul__direct_allgather},
     {UL_COLL_ALLGATHER, "ring", NEED_NONE, ul__ring_allgather},
@@ -44,6 +47,7 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_BROADCAST, "tree", NEED_NONE, ul__tree_broadcast},
     {UL_COLL_REDUCE, "direct", NEED_DIRECT, ul__direct_reduce},
     {UL_COLL_REDUCE, "tree", NEED_NONE, ul__tree_reduce},
+    {UL_COLL_ALLTOALL, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLTOALL, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_ALLTOALL, "direct", NEED_DIRECT, ul__direct_alltoall},
     {UL_COLL_ALLTOALL, "pairwise", NEED_NONE, ul__pairwise_alltoall},
@@ -67,7 +71,15 @@ int ul__generic_algo_known(ul_coll_t coll, const char *name) {
 
 static int is_oneshot(const algo_entry_t *e) {
   return e->run == ul__oneshot_allreduce || e->run == ul__staged_oneshot_allreduce ||
-         e->run == ul__staged_small;
+         e->run == ul__staged_small || e->run == ul__line_small;
+}
+
+/* What a one-shot algorithm's size limit counts: bytes per peer, staged bytes, or the
+ * message. */
+static size_t oneshot_bytes_of(const algo_entry_t *e, const algo_ctx_t *x, size_t bytes) {
+  if (e->run == ul__line_small) return ul__line_bytes(x);
+  if (e->run == ul__staged_small) return ul__staged_bytes(x);
+  return bytes;
 }
 
 /* Aliases the ring/tree vocabulary users know from NCCL: a request for "ring" on a
@@ -96,6 +108,7 @@ static int needs_met(const ul__generic_t *g, int needs) {
  * outnumbering cores it runs in turn, so the limit shrinks by (cores/ranks)^2 (4 ranks
  * on 2 cores: 8 KiB; measured in docs/performance.md). */
 static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
+  if (e->run == ul__line_small) return UL__LL_MAX_BYTES;
   if (e->run == ul__staged_oneshot_allreduce || e->run == ul__staged_small) return g->oneshot_bytes;
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
 }
@@ -126,7 +139,12 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
   if (x->a->coll == UL_COLL_ALLREDUCE && g->shared_scratch && g->oneshot_bytes)
     snprintf(over, sizeof over, "%zu bytes > %zu one-shot limit; ", bytes,
              oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot")));
-  if (al->run == ul__staged_oneshot_allreduce || al->run == ul__staged_small)
+  if (al->run == ul__line_small)
+    snprintf(r, rl,
+             "%zu bytes a peer <= %d: written into peers' scratch in flagged cache lines, no "
+             "staging, no acknowledgement",
+             ul__line_bytes(x), UL__LL_MAX_BYTES);
+  else if (al->run == ul__staged_oneshot_allreduce || al->run == ul__staged_small)
     snprintf(r, rl,
              "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES%s): staged in shared scratch, one "
              "synchronisation",
@@ -186,7 +204,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                     : "reach each other's buffers (no shared address space, no "
                                       "process_vm_readv)",
                                 comm->props.path);
-    if (is_oneshot(al) && (al->run == ul__staged_small ? ul__staged_bytes(&x) : bytes) > oneshot_capacity(g, al))
+    if (is_oneshot(al) && oneshot_bytes_of(al, &x, bytes) > oneshot_capacity(g, al))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
                                 "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
                                 "handles at most %zu",
@@ -199,7 +217,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
       const algo_entry_t *e = &algorithms[i];
       if (e->coll != a->coll) continue;
       if (!needs_met(g, e->needs)) continue;
-      if (is_oneshot(e) && (e->run == ul__staged_small ? ul__staged_bytes(&x) : bytes) > oneshot_limit(g, e))
+      if (is_oneshot(e) && oneshot_bytes_of(e, &x, bytes) > oneshot_limit(g, e))
         continue;
       al = e;
     }

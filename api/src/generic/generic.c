@@ -102,7 +102,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->oneshot_off = g->work_off + chunk;
   g->oneshot_bytes = os;
   g->hdr_off = g->oneshot_off + 2 * os;
-  g->scratch_size = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
+  g->ll_off = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
+  g->scratch_size = g->ll_off + UL__LL_REGION(n);
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -124,7 +125,10 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   }
   /* Peers read our mailbox; heap scratch (threads) is not zeroed. Host memory only: a
    * device scratch has no host-visible mailbox (shared_scratch is then 0). */
-  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) memset(g->scratch, 0, UL__MAILBOX_BYTES);
+  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
+    memset(g->scratch, 0, UL__MAILBOX_BYTES);
+    memset((char *)g->scratch + g->ll_off, 0, UL__LL_REGION(n)); /* epoch 0: nothing written */
+  }
   rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
   if (rc != UL_OK) {
