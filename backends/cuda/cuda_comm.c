@@ -94,6 +94,7 @@ static ul_result_t cuda_comm_init_on(const ul_backend_comm_args_t *a, ul_backend
   c->timeout_ms = a->timeout_ms;
   c->abort_flag = a->abort_flag;
   c->init_abort = init_abort;
+  cuda_waiter_init(c);
   /* The caller's device exactly (ul_comm_split passes the parent's); only an unset
    * device falls back to rank % visible devices. */
   c->device = a->device != UL_CONFIG_UNDEF ? a->device : (cuda_ndev ? a->rank % cuda_ndev : 0);
@@ -111,7 +112,7 @@ static ul_result_t cuda_comm_init_on(const ul_backend_comm_args_t *a, ul_backend
     rc = ul_backend_set_error(a->comm, UL_ERR_NO_MEMORY, "cuda backend: out of memory");
     goto fail;
   }
-  if ((rc = ulbu_board_join(&c->board, &cuda_board_conf, c, c->core, c->rank, c->nranks,
+  if ((rc = ulbu_board_join(&c->board, &cuda_board_conf, &c->waiter, c->core, c->rank, c->nranks,
                            p.token)) != UL_OK)
     goto fail;
   /* Local setup; its status goes into the first allgather so that every rank fails

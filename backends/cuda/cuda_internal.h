@@ -43,6 +43,7 @@ struct ul_backend_comm {
   ulgpu_path_t path;
   int same_process; /* every rank lives in this process */
   cudaStream_t internal;
+  ulbu_waiter_t waiter; /* every wait: abort flags, timeout, backoff (cuda_wait.c) */
   ulbu_board_t board; /* bootstrap: barrier and allgathers */
   ulgpu_ident_t *idents;
   int *peer_dev; /* local CUDA index of each peer's GPU, -1 if not visible */
@@ -122,7 +123,8 @@ extern const ulbu_board_conf_t cuda_board_conf;
 ul_result_t cuda_fail(ul_backend_comm_t *c, const char *call, cudaError_t e);
 ul_result_t cuda_enter(ul_backend_comm_t *c, int *prev);
 void cuda_leave(ul_backend_comm_t *c, int prev);
-ul_result_t cuda_wait_check(ul_backend_comm_t *c, double t0, const char *what);
+/* c->waiter: the GPU backoff, c's timeout, abort (c's flags) and sentences. */
+void cuda_waiter_init(ul_backend_comm_t *c);
 ul_result_t cuda_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int timeout_ms);
 ul_result_t cuda_done(ul_backend_comm_t *c, ul_backend_stream_t *s);
 ul_result_t cuda_allgather(ul_backend_comm_t *c, const cuda_slot_t *mine, cuda_slot_t *all,

@@ -207,15 +207,14 @@ ul_result_t cuda_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, 
   CUDA_ON_DEVICE(c, cuda_signal_on(c, w, peer, index, s));
 }
 
+/* A sender's log entry is published (host callback) before its signal store runs, so
+ * every entry behind the counts read (acquire) is visible to the log reads that follow. */
+static const uint64_t *cuda_cells(ul_backend_comm_t *c, ul_backend_window_t *w, int index) {
+  return (const uint64_t *)(w->peers[c->rank].seg + w->sig_off) + (size_t)index * c->nranks;
+}
+
 static uint64_t cuda_signal_sum(ul_backend_comm_t *c, ul_backend_window_t *w, int index) {
-  volatile uint64_t *cells =
-      (volatile uint64_t *)(w->peers[c->rank].seg + w->sig_off) + (size_t)index * c->nranks;
-  uint64_t sum = 0;
-  for (int r = 0; r < c->nranks; r++) sum += cells[r];
-  /* A sender's log entry is published (host callback) before its signal store runs, so
-   * every entry behind the counts read above is visible to the log reads that follow. */
-  atomic_thread_fence(memory_order_acquire);
-  return sum;
+  return ulbu_cells_sum(cuda_cells(c, w, index), c->nranks);
 }
 
 /* staged: is there a logged range not yet copied into the device window? */
@@ -286,21 +285,11 @@ static ul_result_t cuda_drain_order(ul_backend_comm_t *c, ul_backend_window_t *w
 
 static ul_result_t cuda_wait_signal_on(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                        uint64_t value, ul_backend_stream_t *s) {
-  double t0 = ulbu_now_ms();
-  while (cuda_signal_sum(c, w, index) < value) {
-    ul_result_t rc = cuda_wait_check(c, t0, "ul_wait_signal");
-    if (rc != UL_OK)
-      return rc == UL_ERR_TIMEOUT
-                 ? ul_backend_set_error(c->core, rc,
-                                        "rank %d: signal %d of the window stayed at %llu < %llu "
-                                        "for %d ms",
-                                        c->rank, index,
-                                        (unsigned long long)cuda_signal_sum(c, w, index),
-                                        (unsigned long long)value, c->timeout_ms)
-                 : rc;
-  }
+  ul_result_t rc = ulbu_cells_wait(&c->waiter, c->core, c->rank, index, cuda_cells(c, w, index),
+                                   c->nranks, value, NULL, NULL);
+  if (rc != UL_OK) return rc;
   if (c->path != ULGPU_PATH_STAGED) return UL_OK; /* nothing was enqueued */
-  ul_result_t rc = cuda_drain_log(c, w);
+  rc = cuda_drain_log(c, w);
   if (rc != UL_OK) return rc;
   return cuda_drain_order(c, w, s);
 }

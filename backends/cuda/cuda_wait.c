@@ -52,31 +52,47 @@ static int cuda_aborted(ul_backend_comm_t *c) {
   return c->dead || (c->abort_flag && *c->abort_flag) || (c->init_abort && *c->init_abort);
 }
 
-/* UL_OK to keep waiting, else the error to return. */
-ul_result_t cuda_wait_check(ul_backend_comm_t *c, double t0, const char *what) {
-  return ulbu_wait_step(c->core, c->rank, cuda_aborted(c), t0, c->timeout_ms, what);
+static ul_result_t cuda_wait_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  ul_backend_comm_t *c = arg;
+  return cuda_aborted(c) ? ulbu_aborted_error(c->core, c->rank, what) : UL_OK;
 }
 
-static ul_result_t cuda_board_wait(void *arg, double t0, const char *what) {
-  return cuda_wait_check(arg, t0, what);
+static ul_result_t cuda_wait_expired(void *arg, int timeout_ms, const char *what) {
+  ul_backend_comm_t *c = arg;
+  return ulbu_timeout_error(c->core, c->rank, what, timeout_ms);
+}
+
+void cuda_waiter_init(ul_backend_comm_t *c) {
+  c->waiter = ulbu_gpu_waiter(c, cuda_wait_check, cuda_wait_expired, c->timeout_ms);
+}
+
+/* A stream's wait says "stream synchronize" when aborted, "work on the stream" when late. */
+static ul_result_t cuda_stream_check(void *arg, double elapsed_ms, const char *what) {
+  (void)what;
+  return cuda_wait_check(arg, elapsed_ms, "stream synchronize");
+}
+
+typedef struct cuda_stream_cond {
+  ul_backend_comm_t *c;
+  cudaStream_t s;
+} cuda_stream_cond_t;
+
+static ul_result_t cuda_stream_poll(void *arg) {
+  cuda_stream_cond_t *x = arg;
+  cudaError_t e = cudaStreamQuery(x->s);
+  if (e == cudaSuccess) return UL_OK;
+  if (e != cudaErrorNotReady) return cuda_fail(x->c, "cudaStreamQuery", e);
+  return UL_IN_PROGRESS;
 }
 
 ul_result_t cuda_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int timeout_ms) {
-  double t0 = ulbu_now_ms();
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return UL_OK;
-    if (e != cudaErrorNotReady) return cuda_fail(c, "cudaStreamQuery", e);
-    if (cuda_aborted(c))
-      return ul_backend_set_error(c->core, UL_ERR_ABORTED,
-                                  "rank %d: stream synchronize: communicator was aborted", c->rank);
-    double now = ulbu_now_ms();
-    if (timeout_ms > 0 && now - t0 > timeout_ms)
-      return ul_backend_set_error(c->core, UL_ERR_TIMEOUT,
-                                  "rank %d: work on the stream did not complete within %d ms",
-                                  c->rank, timeout_ms);
-    ulbu_backoff(t0, now);
-  }
+  ulbu_waiter_t w = c->waiter;
+  w.check = cuda_stream_check;
+  w.timeout_ms = timeout_ms;
+  cuda_stream_cond_t x = {c, s};
+  const ulbu_cond_t cond = {cuda_stream_poll, NULL, &x};
+  return ulbu_wait(&w, &cond, "work on the stream", NULL);
 }
 
 /* NULL stream: run now. */
@@ -87,8 +103,7 @@ ul_result_t cuda_done(ul_backend_comm_t *c, ul_backend_stream_t *s) {
 /* ------------------------------------------------------------------- board */
 
 /* Rank 0 also unlinks the board name, in case its creator died before doing so. */
-const ulbu_board_conf_t cuda_board_conf = {"cuda backend", "ulcuda", CUDA_SLOT_BYTES, 1,
-                                                  cuda_board_wait};
+const ulbu_board_conf_t cuda_board_conf = {"cuda backend", "ulcuda", CUDA_SLOT_BYTES, 1};
 
 /* Publish *mine, then read every rank's slot into all[] (collective). */
 ul_result_t cuda_allgather(ul_backend_comm_t *c, const cuda_slot_t *mine, cuda_slot_t *all,

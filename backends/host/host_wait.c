@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../util/wait.h"
 #include "host.h"
 
 #define HOST_SLICE_NS (10 * 1000 * 1000L)
@@ -27,18 +28,8 @@
  * costs the signaller a system call and the sleeper a wake-up of tens of microseconds
  * on a loaded machine (measured 50-100 us here, docs/performance.md). Oversubscribed
  * ranks need the peer to run on our core, so they yield longer rather than spin. */
-#define HOST_YIELD_NS (200 * 1000L)
-#define HOST_YIELD_NS_OVERSUBSCRIBED (2 * 1000 * 1000L)
-
-static inline void host_wait_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#else
-  __asm__ __volatile__("" ::: "memory");
-#endif
-}
+#define HOST_YIELD_MS 0.2
+#define HOST_YIELD_MS_OVERSUBSCRIBED 2.0
 
 /* The futex word is the low 32 bits of the counter. */
 static inline uint32_t *host_wait_word(host_slot_t *s) {
@@ -47,12 +38,6 @@ static inline uint32_t *host_wait_word(host_slot_t *s) {
 #else
   return (uint32_t *)&s->value;
 #endif
-}
-
-static uint64_t host_wait_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 void host_slot_wake(host_slot_t *slot, int shared) {
@@ -69,29 +54,62 @@ uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared) {
   return prev;
 }
 
-/* Between slices: our abort, peers' aborts, peers' deaths. */
-static ul_result_t host_wait_check(const host_waiter_t *w, host_wait_fail_t *fail) {
+/* One wait: the waiter, the counter and target, and where a failure is described. */
+typedef struct host_wait_ctx {
+  const host_waiter_t *w;
+  host_slot_t *slot;
+  uint64_t target;
+  host_wait_fail_t *fail;
+} host_wait_ctx_t;
+
+static ul_result_t host_wait_poll(void *arg) {
+  host_wait_ctx_t *x = arg;
+  return atomic_load_explicit(&x->slot->value, memory_order_acquire) >= x->target ? UL_OK
+                                                                                  : UL_IN_PROGRESS;
+}
+
+/* Sleep in the kernel until the counter changes (or ns pass). Lost-wakeup freedom: see
+ * the top of this file; the value is re-read after `waiters` counts us. */
+static void host_wait_block(void *arg, long ns) {
+  host_wait_ctx_t *x = arg;
+  atomic_fetch_add_explicit(&x->slot->waiters, 1, memory_order_seq_cst);
+  uint64_t v = atomic_load_explicit(&x->slot->value, memory_order_seq_cst);
+  if (v < x->target) {
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    syscall(SYS_futex, host_wait_word(x->slot), FUTEX_WAIT | (x->w->shared ? 0 : FUTEX_PRIVATE_FLAG),
+            (uint32_t)v, &ts, NULL, 0);
+  }
+  atomic_fetch_sub_explicit(&x->slot->waiters, 1, memory_order_relaxed);
+}
+
+/* Our abort, peers' aborts, peers' deaths. While still yielding only the abort flags
+ * (cheap); the peers' liveness costs system calls, so it waits for the sleeps. */
+static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *what) {
+  (void)what;
+  host_wait_ctx_t *x = arg;
+  const host_waiter_t *w = x->w;
   /* The core stores the flag with __atomic_store_n from another thread (ul_comm_abort):
    * load it atomically too, a volatile read is a data race. */
   if ((w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE)) ||
       (w->dead && atomic_load(w->dead)))
     return UL_ERR_ABORTED;
-  if (!w->ctrl) return UL_OK;
+  if (!w->ctrl || elapsed_ms < (w->oversubscribed ? HOST_YIELD_MS_OVERSUBSCRIBED : HOST_YIELD_MS))
+    return UL_OK;
   if (atomic_load_explicit(&w->ctrl->revoked, memory_order_acquire)) return UL_ERR_REVOKED;
   for (int p = 0; p < w->nranks; p++) {
     if (p == w->self) continue;
     host_ctrl_rank_t *r = &w->ctrl->ranks[p];
     if (atomic_load_explicit(&r->aborted, memory_order_acquire)) {
-      fail->rank = p;
-      fail->pid = r->pid;
-      fail->aborted = 1;
+      x->fail->rank = p;
+      x->fail->pid = r->pid;
+      x->fail->aborted = 1;
       return UL_ERR_PEER_LOST;
     }
     if (w->pids && w->pids[p] > 0 && w->pids[p] != w->pids[w->self] &&
         !ulbu_pid_alive(w->pids[p], w->pidfds ? w->pidfds[p] : -1)) {
-      fail->rank = p;
-      fail->pid = w->pids[p];
-      fail->aborted = 0;
+      x->fail->rank = p;
+      x->fail->pid = w->pids[p];
+      x->fail->aborted = 0;
       return UL_ERR_PEER_LOST;
     }
   }
@@ -114,50 +132,20 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
         fail->aborted = 1;
         return UL_ERR_PEER_LOST;
       }
-  if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
-  for (int i = 0; i < w->spin; i++) {
-    host_wait_pause();
-    if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
-  }
-  uint64_t start = host_wait_now_ns();
-  uint64_t yield_end = start + (uint64_t)(w->oversubscribed ? HOST_YIELD_NS_OVERSUBSCRIBED
-                                                             : HOST_YIELD_NS);
-  for (unsigned i = 0;; i++) {
-    sched_yield();
-    if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) return UL_OK;
-    if ((i & 7) == 7) {
-      if (w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE))
-        break; /* reported by the sleep loop below */
-      if (host_wait_now_ns() >= yield_end) break;
-    }
-  }
-  uint64_t deadline = w->timeout_ms > 0 ? start + (uint64_t)w->timeout_ms * 1000000ull : 0;
-  int op = FUTEX_WAIT | (w->shared ? 0 : FUTEX_PRIVATE_FLAG);
-  ul_result_t rc = UL_OK;
-  atomic_fetch_add_explicit(&slot->waiters, 1, memory_order_seq_cst);
-  for (;;) {
-    uint64_t v = atomic_load_explicit(&slot->value, memory_order_seq_cst);
-    if (v >= target) break;
-    rc = host_wait_check(w, fail);
-    if (rc != UL_OK) {
-      /* What the peer did before it died or aborted is still valid: look once more. */
-      if (atomic_load_explicit(&slot->value, memory_order_acquire) >= target) rc = UL_OK;
-      break;
-    }
-    uint64_t now = host_wait_now_ns();
-    long slice = HOST_SLICE_NS;
-    if (deadline) {
-      if (now >= deadline) {
-        rc = UL_ERR_TIMEOUT;
-        break;
-      }
-      if (deadline - now < (uint64_t)slice) slice = (long)(deadline - now);
-    }
-    struct timespec ts = {0, slice};
-    syscall(SYS_futex, host_wait_word(slot), op, (uint32_t)v, &ts, NULL, 0);
-  }
-  atomic_fetch_sub_explicit(&slot->waiters, 1, memory_order_relaxed);
-  fail->elapsed_ms = (int)((host_wait_now_ns() - start) / 1000000ull);
+  host_wait_ctx_t x = {w, slot, target, fail};
+  const ulbu_waiter_t how = {
+      .arg = &x,
+      .check = host_wait_check,
+      .timeout_ms = w->timeout_ms,
+      .spin = w->spin,
+      .yield_ms = w->oversubscribed ? HOST_YIELD_MS_OVERSUBSCRIBED : HOST_YIELD_MS,
+      .sleep_ns = HOST_SLICE_NS,
+      .recheck = 1,
+  };
+  const ulbu_cond_t cond = {host_wait_poll, host_wait_block, &x};
+  double elapsed = 0;
+  ul_result_t rc = ulbu_wait(&how, &cond, "", &elapsed);
+  fail->elapsed_ms = (int)elapsed;
   return rc;
 }
 

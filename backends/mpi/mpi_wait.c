@@ -11,6 +11,7 @@
 
 #include "mpi_internal.h"
 #include "proc_alive.h"
+#include "wait.h"
 
 #define MPI_TAG_REVOKE 0x7e51 /* revoke notices on c->ctl (mpi_recover.c sends them) */
 
@@ -63,86 +64,107 @@ ul_result_t mpi_error_set(ul_backend_comm_t *c, int mpirc, const char *call) {
                               text, cls, mpirc);
 }
 
-double mpi_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
+double mpi_now_ms(void) { return ulbu_now_ms(); }
 
 /* Peers' liveness costs one poll per peer: every 5 ms of a wait is plenty next to the
  * timeout and invisible next to the wait itself. */
 #define MPI_LIVENESS_PERIOD_MS 5.0
 static __thread double mpi_next_liveness_ms;
+/* Polls before the first yield (latency), then yield (ranks are often oversubscribed)
+ * for a second, then sleep, so idle ranks leave the cores to the others. */
+#define MPI_SPIN_POLLS 256
+#define MPI_YIELD_MS 1000.0
+#define MPI_SLEEP_NS 50000L
 
-/* One idle step of a polling wait: abort, lost-peer and timeout checks, then spin, yield
- * or sleep. UL_OK: poll again. */
-ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
-                          unsigned *spins) {
+static ul_result_t mpi_check_abort(ul_backend_comm_t *c, const char *call) {
   if (c && ((c->abort_flag && *c->abort_flag) || c->dead))
     return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
                                 "rank %d: %s abandoned: the communicator was aborted", c->rank,
                                 call);
-  (*spins)++;
-  /* Spin briefly for latency, then yield (ranks are often oversubscribed), then
-   * sleep once a wait is clearly long, so idle ranks leave the cores to the others. */
-  if ((*spins & 63u) == 0) {
-    double now = mpi_now_ms(), el = now - t0;
-    if (c && el >= MPI_LIVENESS_PERIOD_MS && now >= mpi_next_liveness_ms) {
-      mpi_next_liveness_ms = now + MPI_LIVENESS_PERIOD_MS;
-      if (mpi_revoke_seen(c))
-        return ul_backend_set_error(c->ucomm, UL_ERR_REVOKED,
-                                    "rank %d of %d: %s abandoned: the communicator was revoked "
-                                    "(ul_comm_revoke on some rank); shrink or destroy it",
-                                    c->rank, c->nranks, call);
-      if (mpi_find_lost_peer(c) >= 0) {
-        char who[256];
-        mpi_lost_peers_text(c, who, sizeof who);
-        return ul_backend_set_error(c->ucomm, UL_ERR_PEER_LOST,
-                                    "rank %d of %d: %s abandoned: peer %s gone (process exited, "
-                                    "seen on %s); the communicator is unusable",
-                                    c->rank, c->nranks, call, who, c->host_of[c->rank]);
-      }
-    }
-    if (timeout_ms > 0 && el >= timeout_ms) {
-      mpi_g.trouble = 1;
-      if (c)
-        return ul_backend_set_error(
-            c->ucomm, UL_ERR_TIMEOUT,
-            "rank %d of %d: %s did not complete within %d ms (a peer did not call it, "
-            "called something else, or died); the communicator is unusable",
-            c->rank, c->nranks, call, timeout_ms);
-      return ul_backend_set_error(NULL, UL_ERR_TIMEOUT, "mpi: %s did not complete within %d ms",
-                                  call, timeout_ms);
-    }
-    if (el > 1000.0) {
-      struct timespec ts = {0, 50000};
-      nanosleep(&ts, NULL);
-    } else {
-      sched_yield();
-    }
-  } else if (*spins > 256) {
-    sched_yield();
+  return UL_OK;
+}
+
+/* Abort every step; revoke notices and lost peers every 5 ms once a wait is 5 ms old. */
+static ul_result_t mpi_wait_check(void *arg, double elapsed_ms, const char *call) {
+  ul_backend_comm_t *c = arg;
+  ul_result_t r = mpi_check_abort(c, call);
+  if (r != UL_OK || !c || elapsed_ms < MPI_LIVENESS_PERIOD_MS) return r;
+  double now = mpi_now_ms();
+  if (now < mpi_next_liveness_ms) return UL_OK;
+  mpi_next_liveness_ms = now + MPI_LIVENESS_PERIOD_MS;
+  if (mpi_revoke_seen(c))
+    return ul_backend_set_error(c->ucomm, UL_ERR_REVOKED,
+                                "rank %d of %d: %s abandoned: the communicator was revoked "
+                                "(ul_comm_revoke on some rank); shrink or destroy it",
+                                c->rank, c->nranks, call);
+  if (mpi_find_lost_peer(c) >= 0) {
+    char who[256];
+    mpi_lost_peers_text(c, who, sizeof who);
+    return ul_backend_set_error(c->ucomm, UL_ERR_PEER_LOST,
+                                "rank %d of %d: %s abandoned: peer %s gone (process exited, "
+                                "seen on %s); the communicator is unusable",
+                                c->rank, c->nranks, call, who, c->host_of[c->rank]);
   }
   return UL_OK;
+}
+
+static ul_result_t mpi_wait_expired(void *arg, int timeout_ms, const char *call) {
+  ul_backend_comm_t *c = arg;
+  mpi_g.trouble = 1;
+  if (c)
+    return ul_backend_set_error(
+        c->ucomm, UL_ERR_TIMEOUT,
+        "rank %d of %d: %s did not complete within %d ms (a peer did not call it, "
+        "called something else, or died); the communicator is unusable",
+        c->rank, c->nranks, call, timeout_ms);
+  return ul_backend_set_error(NULL, UL_ERR_TIMEOUT, "mpi: %s did not complete within %d ms", call,
+                              timeout_ms);
+}
+
+static ulbu_waiter_t mpi_waiter(ul_backend_comm_t *c, int timeout_ms) {
+  ulbu_waiter_t w = {.arg = c,
+                     .check = mpi_wait_check,
+                     .expired = mpi_wait_expired,
+                     .timeout_ms = timeout_ms,
+                     .spin = MPI_SPIN_POLLS,
+                     .yield_ms = MPI_YIELD_MS,
+                     .sleep_ns = MPI_SLEEP_NS};
+  return w;
+}
+
+ul_result_t mpi_wait_idle(ul_backend_comm_t *c, const char *call, int timeout_ms, double t0,
+                          unsigned *spins) {
+  if (++*spins <= MPI_SPIN_POLLS) return mpi_check_abort(c, call);
+  ulbu_waiter_t w = mpi_waiter(c, timeout_ms);
+  return ulbu_wait_idle(&w, NULL, t0, call);
+}
+
+typedef struct mpi_reqs_cond {
+  ul_backend_comm_t *c;
+  int n;
+  MPI_Request *reqs;
+  const char *call;
+} mpi_reqs_cond_t;
+
+static ul_result_t mpi_reqs_poll(void *arg) {
+  mpi_reqs_cond_t *x = arg;
+  int flag = 0;
+/* GCC mistakes the MPI_STATUSES_IGNORE sentinel for a zero-size array. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+  int rc = MPI_Testall(x->n, x->reqs, &flag, MPI_STATUSES_IGNORE);
+#pragma GCC diagnostic pop
+  if (rc != MPI_SUCCESS) return mpi_error_set(x->c, rc, x->call);
+  return flag ? UL_OK : UL_IN_PROGRESS;
 }
 
 ul_result_t mpi_waitall(ul_backend_comm_t *c, int n, MPI_Request *reqs, const char *call,
                         int timeout_ms) {
   if (n <= 0) return UL_OK;
-  double t0 = mpi_now_ms();
-  unsigned spins = 0;
-  for (;;) {
-    int flag = 0;
-/* GCC mistakes the MPI_STATUSES_IGNORE sentinel for a zero-size array. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
-    int rc = MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE);
-#pragma GCC diagnostic pop
-    if (rc != MPI_SUCCESS) return mpi_error_set(c, rc, call);
-    if (flag) return UL_OK;
-    ul_result_t r = mpi_wait_idle(c, call, timeout_ms, t0, &spins);
-    if (r != UL_OK) return r;
-  }
+  ulbu_waiter_t w = mpi_waiter(c, timeout_ms);
+  mpi_reqs_cond_t x = {c, n, reqs, call};
+  const ulbu_cond_t cond = {mpi_reqs_poll, NULL, &x};
+  return ulbu_wait(&w, &cond, call, NULL);
 }
 
 /* ------------------------------------------- watching peers and revoke notices */

@@ -137,13 +137,17 @@ static void nccl_comm_release_cuda(ul_backend_comm_t *c) {
  * leave within one backoff slice; a thread blocked inside NCCL itself is only freed by
  * ncclCommAbort, so after a grace period abort anyway), then ncclCommDestroy or
  * ncclCommAbort, then the CUDA resources. Never touches c->core (it may be gone). */
+static ul_result_t nccl_idle_poll(void *arg) {
+  ul_backend_comm_t *c = arg;
+  return __atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0 ? UL_IN_PROGRESS : UL_OK;
+}
+
 static void *nccl_reaper_main(void *arg) {
   ul_backend_comm_t *c = arg;
-  double t0 = ulbu_now_ms();
-  while (__atomic_load_n(&c->users, __ATOMIC_SEQ_CST) > 0 && ulbu_now_ms() - t0 < 2000) {
-    struct timespec ts = {0, 200000};
-    nanosleep(&ts, NULL);
-  }
+  /* No checks, no sentence: the grace period ends either way. */
+  const ulbu_waiter_t grace = {.timeout_ms = 2000, .sleep_ns = 200000};
+  const ulbu_cond_t idle = {nccl_idle_poll, NULL, c};
+  ulbu_wait(&grace, &idle, "reaper", NULL);
   cudaSetDevice(c->device);
   if (c->nc) {
     if (c->reap_abort) {

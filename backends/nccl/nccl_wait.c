@@ -47,8 +47,8 @@ void ulnccl_comm_release_memory(ul_backend_comm_t *c) {
 }
 
 void ulnccl_ref(ul_backend_comm_t *c) { __atomic_add_fetch(&c->refs, 1, __ATOMIC_SEQ_CST); }
-                
-                void ulnccl_unref(ul_backend_comm_t *c) {
+
+void ulnccl_unref(ul_backend_comm_t *c) {
   if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_SEQ_CST) == 0) ulnccl_comm_release_memory(c);
 }
 
@@ -100,23 +100,38 @@ ul_result_t ulnccl_timeout(ul_backend_comm_t *c, const char *what, int timeout_m
   return ulnccl_break(c, UL_ERR_TIMEOUT);
 }
 
+static ul_result_t ulnccl_wait_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  return ulnccl_check_abort(arg, what);
+}
+
+static ul_result_t ulnccl_wait_expired(void *arg, int timeout_ms, const char *what) {
+  return ulnccl_timeout(arg, what, timeout_ms);
+}
+
+typedef struct ulnccl_ready_cond {
+  ul_backend_comm_t *c;
+  ncclComm_t nc;
+  const char *call;
+} ulnccl_ready_cond_t;
+
+static ul_result_t ulnccl_ready_poll(void *arg) {
+  ulnccl_ready_cond_t *x = arg;
+  ncclResult_t st = ncclSuccess;
+  ncclResult_t r = ncclCommGetAsyncError(x->nc, &st);
+  if (r != ncclSuccess) return ulnccl_fail_async(x->c, "ncclCommGetAsyncError", r);
+  if (st == ncclSuccess) return UL_OK;
+  if (st != ncclInProgress) return ulnccl_fail_async(x->c, x->call, st);
+  return UL_IN_PROGRESS;
+}
+
 /* Nonblocking NCCL: after a call returned ncclInProgress (or an init), poll the
  * communicator's state until it leaves ncclInProgress, honouring timeout and abort. */
 ul_result_t ulnccl_wait_ready(ul_backend_comm_t *c, ncclComm_t nc, const char *call) {
-  double t0 = ulbu_now_ms();
-  for (;;) {
-    ncclResult_t st = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(nc, &st);
-    if (r != ncclSuccess) return ulnccl_fail_async(c, "ncclCommGetAsyncError", r);
-    if (st == ncclSuccess) return UL_OK;
-    if (st != ncclInProgress) return ulnccl_fail_async(c, call, st);
-    ul_result_t a = ulnccl_check_abort(c, call);
-    if (a != UL_OK) return a;
-    double now = ulbu_now_ms();
-    if (c->timeout_ms > 0 && now - t0 > c->timeout_ms)
-      return ulnccl_timeout(c, call, c->timeout_ms);
-    ulbu_backoff(t0, now);
-  }
+  ulbu_waiter_t w = ulbu_gpu_waiter(c, ulnccl_wait_check, ulnccl_wait_expired, c->timeout_ms);
+  ulnccl_ready_cond_t x = {c, nc, call};
+  const ulbu_cond_t cond = {ulnccl_ready_poll, NULL, &x};
+  return ulbu_wait(&w, &cond, call, NULL);
 }
 
 /* NCCL's asynchronous error of the comm: a fatal one breaks the communicator. */
@@ -128,27 +143,39 @@ ul_result_t ulnccl_async_check(ul_backend_comm_t *c) {
   return UL_OK;
 }
 
+typedef struct ulnccl_stream_cond {
+  ul_backend_comm_t *c;
+  cudaStream_t s;
+  unsigned polls;
+} ulnccl_stream_cond_t;
+
+static ul_result_t ulnccl_stream_poll(void *arg) {
+  ulnccl_stream_cond_t *x = arg;
+  cudaError_t e = cudaStreamQuery(x->s);
+  if (e != cudaSuccess && e != cudaErrorNotReady)
+    return ulnccl_cuda_fail(x->c, "cudaStreamQuery", e);
+  /* The async-error query costs more than a stream query: every 64 polls, and once at
+   * the end (a failed NCCL kernel may still let the stream drain). */
+  if (e == cudaSuccess || (x->polls++ & 63) == 0) {
+    ul_result_t a = ulnccl_async_check(x->c);
+    if (a != UL_OK || e == cudaSuccess) return a;
+  }
+  return UL_IN_PROGRESS;
+}
+
+/* A stream's wait says "stream synchronize" when aborted, "work on the stream" when late. */
+static ul_result_t ulnccl_stream_check(void *arg, double elapsed_ms, const char *what) {
+  (void)what;
+  return ulnccl_wait_check(arg, elapsed_ms, "stream synchronize");
+}
+
 /* Wait for a CUDA stream: cudaStreamQuery + ncclCommGetAsyncError, with the timeout and
  * the abort flag (the documented replacement for cudaStreamSynchronize). */
 ul_result_t ulnccl_stream_wait(ul_backend_comm_t *c, cudaStream_t s, int timeout_ms) {
-  double t0 = ulbu_now_ms();
-  for (unsigned spins = 0;; spins++) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e != cudaSuccess && e != cudaErrorNotReady)
-      return ulnccl_cuda_fail(c, "cudaStreamQuery", e);
-    /* The async-error query costs more than a stream query: every 64 polls, and once at
-     * the end (a failed NCCL kernel may still let the stream drain). */
-    if (e == cudaSuccess || (spins & 63) == 0) {
-      ul_result_t a = ulnccl_async_check(c);
-      if (a != UL_OK || e == cudaSuccess) return a;
-    }
-    ul_result_t a = ulnccl_check_abort(c, "stream synchronize");
-    if (a != UL_OK) return a;
-    double now = ulbu_now_ms();
-    if (timeout_ms > 0 && now - t0 > timeout_ms)
-      return ulnccl_timeout(c, "work on the stream", timeout_ms);
-    ulbu_backoff(t0, now);
-  }
+  ulbu_waiter_t w = ulbu_gpu_waiter(c, ulnccl_stream_check, ulnccl_wait_expired, timeout_ms);
+  ulnccl_stream_cond_t x = {c, s, 0};
+  const ulbu_cond_t cond = {ulnccl_stream_poll, NULL, &x};
+  return ulbu_wait(&w, &cond, "work on the stream", NULL);
 }
 
 __thread int ulnccl_group_depth;

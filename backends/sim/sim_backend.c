@@ -25,10 +25,12 @@
 #include <unistd.h>
 
 #include "ul_model.h"
+#include "../util/wait.h"
 
 #define SIM_KEY_MAGIC 0x73696d31u /* "sim1" */
 #define SIM_SLICE_MS 10
-#define SIM_SPIN 2000
+#define SIM_SPIN 64          /* polls before yielding */
+#define SIM_YIELD_MS 0.05    /* then yield (ranks are threads, often more than cores) */
 
 /* ------------------------------------------------------------------ groups */
 
@@ -95,26 +97,51 @@ static void sim_backend_load_catalog(void) {
                                                       sizeof sim_backend_catalog_err) == UL_OK;
 }
 
-static double sim_backend_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* UL_OK to keep waiting, else why not. */
-static ul_result_t sim_backend_wait_check(sim_comm_t *c, double start_ms) {
+/* Between slices: our abort, the group's death (a peer aborted). UL_OK to keep waiting;
+ * codes only, each wait says its own sentence. */
+static ul_result_t sim_backend_wait_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  (void)what;
+  sim_comm_t *c = arg;
   if ((c->abort_flag && *c->abort_flag) || atomic_load(&c->dead)) return UL_ERR_ABORTED;
   if (c->g && atomic_load(&c->g->dead))
     return atomic_load(&c->g->aborted_by) ? UL_ERR_PEER_LOST : UL_ERR_ABORTED;
-  if (c->timeout_ms > 0 && sim_backend_now_ms() - start_ms >= c->timeout_ms) return UL_ERR_TIMEOUT;
   return UL_OK;
 }
 
-static void sim_backend_deadline(struct timespec *ts, int ms) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  ts->tv_nsec += (long)ms * 1000000L;
-  ts->tv_sec += ts->tv_nsec / 1000000000L;
-  ts->tv_nsec %= 1000000000L;
+/* Waits on the group (under its mutex, woken by its condition variable): no spin, sleep
+ * in slices so that aborts and the timeout are seen. */
+static ulbu_waiter_t sim_backend_group_waiter(sim_comm_t *c, int timeout_ms) {
+  ulbu_waiter_t w = {.arg = c,
+                     .check = sim_backend_wait_check,
+                     .timeout_ms = timeout_ms,
+                     .sleep_ns = SIM_SLICE_MS * 1000000L};
+  return w;
+}
+
+typedef struct sim_group_cond {
+  sim_group_t *g;
+  uint64_t gen; /* exchange: wait for the next generation; init: for every rank to join */
+} sim_group_cond_t;
+
+static ul_result_t sim_backend_gen_poll(void *arg) {
+  sim_group_cond_t *x = arg;
+  return x->g->gen != x->gen ? UL_OK : UL_IN_PROGRESS;
+}
+
+static ul_result_t sim_backend_joined_poll(void *arg) {
+  sim_group_cond_t *x = arg;
+  return x->g->joined >= x->g->nranks ? UL_OK : UL_IN_PROGRESS;
+}
+
+static void sim_backend_group_block(void *arg, long ns) {
+  sim_group_cond_t *x = arg;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += ns;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_cond_timedwait(&x->g->cv, &x->g->mu, &ts);
 }
 
 static void sim_backend_group_free(sim_group_t *g) {
@@ -149,7 +176,6 @@ static sim_group_t *sim_backend_group_new(const unsigned char *key, int nranks) 
 /* Collective exchange: every rank contributes one pointer; all get all of them. */
 static ul_result_t sim_backend_exchange(sim_comm_t *c, void *mine, void **all, const char *what) {
   sim_group_t *g = c->g;
-  double start = sim_backend_now_ms();
   ul_result_t rc = UL_OK;
   pthread_mutex_lock(&g->mu);
   uint64_t gen = g->gen;
@@ -161,13 +187,10 @@ static ul_result_t sim_backend_exchange(sim_comm_t *c, void *mine, void **all, c
     g->gen++;
     pthread_cond_broadcast(&g->cv);
   } else {
-    while (g->gen == gen) {
-      rc = sim_backend_wait_check(c, start);
-      if (rc != UL_OK) break;
-      struct timespec ts;
-      sim_backend_deadline(&ts, SIM_SLICE_MS);
-      pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    }
+    ulbu_waiter_t w = sim_backend_group_waiter(c, c->timeout_ms);
+    sim_group_cond_t x = {g, gen};
+    const ulbu_cond_t next = {sim_backend_gen_poll, sim_backend_group_block, &x};
+    rc = ulbu_wait(&w, &next, what, NULL);
   }
   if (rc == UL_OK) {
     if (all) memcpy(all, g->slots[gen & 1], sizeof(void *) * (size_t)g->nranks);
@@ -336,14 +359,10 @@ static ul_result_t sim_backend_comm_init(const ul_backend_comm_args_t *a, ul_bac
     pthread_cond_broadcast(&g->cv);
   }
   pthread_mutex_unlock(&sim_backend_list_mu);
-  double start = sim_backend_now_ms();
-  while (g->joined < g->nranks) {
-    rc = sim_backend_wait_check(c, start);
-    if (rc != UL_OK) break;
-    struct timespec ts;
-    sim_backend_deadline(&ts, SIM_SLICE_MS);
-    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-  }
+  ulbu_waiter_t gw = sim_backend_group_waiter(c, c->timeout_ms);
+  sim_group_cond_t gx = {g, 0};
+  const ulbu_cond_t joined = {sim_backend_joined_poll, sim_backend_group_block, &gx};
+  rc = ulbu_wait(&gw, &joined, "init", NULL);
   if (rc != UL_OK) {
     int joined = g->joined, n = g->nranks;
     g->present[c->rank] = 0;
@@ -600,40 +619,61 @@ static ul_result_t sim_backend_signal(ul_backend_comm_t *c, ul_backend_window_t 
   return UL_OK;
 }
 
+typedef struct sim_signal_cond {
+  ul_backend_window_t *w;
+  int index;
+  uint64_t value;
+} sim_signal_cond_t;
+
+static ul_result_t sim_backend_signal_poll(void *arg) {
+  sim_signal_cond_t *x = arg;
+  return atomic_load_explicit(&x->w->sig[x->index], memory_order_acquire) >= x->value
+             ? UL_OK
+             : UL_IN_PROGRESS;
+}
+
+/* Sleep on the window's futex word until any signal arrives (or ns pass). The word is
+ * read before the value: a signal in between changes it and the futex returns at once. */
+static void sim_backend_signal_block(void *arg, long ns) {
+  sim_signal_cond_t *x = arg;
+  unsigned seen = atomic_load_explicit(&x->w->wake, memory_order_acquire);
+  if (sim_backend_signal_poll(x) == UL_OK) return;
+  struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+  atomic_fetch_add(&x->w->waiters, 1);
+  syscall(SYS_futex, &x->w->wake, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+  atomic_fetch_sub(&x->w->waiters, 1);
+}
+
 static ul_result_t sim_backend_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                            uint64_t value, ul_backend_stream_t *s) {
   (void)s;
   if (index < 0 || index >= w->nsig)
     return ul_backend_set_error(c->core, UL_ERR_INVALID_ARG, "sim: signal index %d out of range",
                                 index);
-  for (int i = 0; i < SIM_SPIN; i++) {
-    if (atomic_load_explicit(&w->sig[index], memory_order_acquire) >= value) return UL_OK;
-    if ((i & 63) == 63) sched_yield();
-  }
-  double start = sim_backend_now_ms();
-  for (;;) {
-    unsigned seen = atomic_load_explicit(&w->wake, memory_order_acquire);
-    if (atomic_load_explicit(&w->sig[index], memory_order_acquire) >= value) return UL_OK;
-    ul_result_t rc = sim_backend_wait_check(c, start);
-    if (rc == UL_ERR_TIMEOUT)
-      return ul_backend_set_error(
-          c->core, rc, "sim: rank %d timed out after %d ms waiting for signal %d to reach %llu "
-                       "(it is %llu)",
-          c->rank, c->timeout_ms, index, (unsigned long long)value,
-          (unsigned long long)atomic_load(&w->sig[index]));
-    if (rc == UL_ERR_PEER_LOST)
-      return ul_backend_set_error(c->core, rc,
-                                  "sim: rank %d: wait on signal %d: peer rank %d aborted the "
-                                  "communicator",
-                                  c->rank, index, atomic_load(&c->g->aborted_by) - 1);
-    if (rc != UL_OK)
-      return ul_backend_set_error(c->core, rc, "sim: rank %d: wait on signal %d aborted", c->rank,
-                                  index);
-    struct timespec ts = {0, SIM_SLICE_MS * 1000000L};
-    atomic_fetch_add(&w->waiters, 1);
-    syscall(SYS_futex, &w->wake, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
-    atomic_fetch_sub(&w->waiters, 1);
-  }
+  ulbu_waiter_t how = {.arg = c,
+                       .check = sim_backend_wait_check,
+                       .timeout_ms = c->timeout_ms,
+                       .spin = SIM_SPIN,
+                       .yield_ms = SIM_YIELD_MS,
+                       .sleep_ns = SIM_SLICE_MS * 1000000L};
+  sim_signal_cond_t x = {w, index, value};
+  const ulbu_cond_t reached = {sim_backend_signal_poll, sim_backend_signal_block, &x};
+  ul_result_t rc = ulbu_wait(&how, &reached, "wait_signal", NULL);
+  if (rc == UL_ERR_TIMEOUT)
+    return ul_backend_set_error(
+        c->core, rc, "sim: rank %d timed out after %d ms waiting for signal %d to reach %llu "
+                     "(it is %llu)",
+        c->rank, c->timeout_ms, index, (unsigned long long)value,
+        (unsigned long long)atomic_load(&w->sig[index]));
+  if (rc == UL_ERR_PEER_LOST)
+    return ul_backend_set_error(c->core, rc,
+                                "sim: rank %d: wait on signal %d: peer rank %d aborted the "
+                                "communicator",
+                                c->rank, index, atomic_load(&c->g->aborted_by) - 1);
+  if (rc != UL_OK)
+    return ul_backend_set_error(c->core, rc, "sim: rank %d: wait on signal %d aborted", c->rank,
+                                index);
+  return UL_OK;
 }
 
 static ul_result_t sim_backend_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,

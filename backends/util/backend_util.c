@@ -15,32 +15,63 @@
 
 /* ------------------------------------------------------------------ waiting */
 
-double ulbu_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+ulbu_waiter_t ulbu_gpu_waiter(void *arg, ul_result_t (*check)(void *, double, const char *),
+                              ul_result_t (*expired)(void *, int, const char *), int timeout_ms) {
+  ulbu_waiter_t w = {.arg = arg,
+                     .check = check,
+                     .expired = expired,
+                     .timeout_ms = timeout_ms,
+                     .yield_ms = ULBU_GPU_YIELD_MS,
+                     .sleep_ns = ULBU_GPU_SLEEP_NS};
+  return w;
 }
 
-void ulbu_backoff(double t0, double now) {
-  if (now - t0 < 1.0) {
-    sched_yield();
-  } else {
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-  }
+ul_result_t ulbu_aborted_error(ul_comm_t core, int rank, const char *what) {
+  return ul_backend_set_error(core, UL_ERR_ABORTED, "rank %d: %s: communicator was aborted", rank,
+                              what);
 }
 
-ul_result_t ulbu_wait_step(ul_comm_t core, int rank, int aborted, double t0, int timeout_ms,
-                           const char *what) {
-  if (aborted)
-    return ul_backend_set_error(core, UL_ERR_ABORTED, "rank %d: %s: communicator was aborted",
-                                rank, what);
-  double now = ulbu_now_ms();
-  if (timeout_ms > 0 && now - t0 > timeout_ms)
-    return ul_backend_set_error(core, UL_ERR_TIMEOUT, "rank %d: %s did not complete within %d ms",
-                                rank, what, timeout_ms);
-  ulbu_backoff(t0, now);
-  return UL_OK;
+ul_result_t ulbu_timeout_error(ul_comm_t core, int rank, const char *what, int timeout_ms) {
+  return ul_backend_set_error(core, UL_ERR_TIMEOUT, "rank %d: %s did not complete within %d ms",
+                              rank, what, timeout_ms);
+}
+
+/* ------------------------------------------------------------- signal cells */
+
+uint64_t ulbu_cells_sum(const void *cells, int n) {
+  const uint64_t *c = cells;
+  uint64_t sum = 0;
+  for (int r = 0; r < n; r++) sum += __atomic_load_n(&c[r], __ATOMIC_ACQUIRE);
+  return sum;
+}
+
+typedef struct ulbu_cells_cond {
+  const void *cells;
+  int n;
+  uint64_t value;
+  void (*progress)(void *);
+  void *progress_arg;
+} ulbu_cells_cond_t;
+
+static ul_result_t ulbu_cells_poll(void *arg) {
+  ulbu_cells_cond_t *x = arg;
+  if (ulbu_cells_sum(x->cells, x->n) >= x->value) return UL_OK;
+  if (x->progress) x->progress(x->progress_arg);
+  return UL_IN_PROGRESS;
+}
+
+ul_result_t ulbu_cells_wait(const ulbu_waiter_t *w, ul_comm_t core, int rank, int index,
+                            const void *cells, int n, uint64_t value, void (*progress)(void *),
+                            void *progress_arg) {
+  ulbu_cells_cond_t x = {cells, n, value, progress, progress_arg};
+  const ulbu_cond_t cond = {ulbu_cells_poll, NULL, &x};
+  ul_result_t rc = ulbu_wait(w, &cond, "ul_wait_signal", NULL);
+  if (rc == UL_ERR_TIMEOUT)
+    return ul_backend_set_error(core, rc,
+                                "rank %d: signal %d of the window stayed at %llu < %llu for %d ms",
+                                rank, index, (unsigned long long)ulbu_cells_sum(cells, n),
+                                (unsigned long long)value, w->timeout_ms);
+  return rc;
 }
 
 /* --------------------------------------------------------------- allocations */
@@ -169,6 +200,16 @@ void ulbu_board_name(const ulbu_board_t *b, char *buf, size_t len, const char *w
   snprintf(buf, len, "/%s-%s-%s%d-%d", b->conf->prefix, b->token_hex, what, a, b2);
 }
 
+typedef struct ulbu_board_gen {
+  ulbu_board_hdr_t *h;
+  unsigned gen;
+} ulbu_board_gen_t;
+
+static ul_result_t ulbu_board_gen_poll(void *arg) {
+  ulbu_board_gen_t *x = arg;
+  return atomic_load(&x->h->bar_gen) != x->gen ? UL_OK : UL_IN_PROGRESS;
+}
+
 ul_result_t ulbu_board_barrier(ulbu_board_t *b, const char *what) {
   ulbu_board_hdr_t *h = b->hdr;
   unsigned gen = atomic_load(&h->bar_gen);
@@ -177,12 +218,9 @@ ul_result_t ulbu_board_barrier(ulbu_board_t *b, const char *what) {
     atomic_fetch_add(&h->bar_gen, 1);
     return UL_OK;
   }
-  double t0 = ulbu_now_ms();
-  while (atomic_load(&h->bar_gen) == gen) {
-    ul_result_t rc = b->conf->wait(b->wait_arg, t0, what);
-    if (rc != UL_OK) return rc;
-  }
-  return UL_OK;
+  ulbu_board_gen_t x = {h, gen};
+  const ulbu_cond_t cond = {ulbu_board_gen_poll, NULL, &x};
+  return ulbu_wait(b->waiter, &cond, what, NULL);
 }
 
 static void *ulbu_board_slot(ulbu_board_t *b, int r) {
@@ -199,25 +237,35 @@ ul_result_t ulbu_board_allgather(ulbu_board_t *b, const void *mine, void *all, s
   return ulbu_board_barrier(b, what); /* slots may be reused after everyone read them */
 }
 
-/* Open the board another rank is creating, once it has its full size. */
-static ul_result_t ulbu_board_open_existing(ulbu_board_t *b, const char *name, int *fd) {
-  double t0 = ulbu_now_ms();
-  for (;;) { /* the creator may not have made (or sized) it yet */
-    *fd = shm_open(name, O_RDWR, 0600);
-    if (*fd >= 0) {
-      struct stat st;
-      if (fstat(*fd, &st) == 0 && (size_t)st.st_size >= b->len) return UL_OK;
-      close(*fd);
-    }
-    ul_result_t rc = b->conf->wait(b->wait_arg, t0, "joining the communicator");
-    if (rc != UL_OK) return rc;
+/* Opening the board another rank is creating, once it has its full size. */
+typedef struct ulbu_board_open {
+  const char *name;
+  size_t len;
+  int fd;
+} ulbu_board_open_t;
+
+static ul_result_t ulbu_board_open_poll(void *arg) {
+  ulbu_board_open_t *x = arg;
+  x->fd = shm_open(x->name, O_RDWR, 0600); /* the creator may not have made it yet */
+  if (x->fd >= 0) {
+    struct stat st;
+    if (fstat(x->fd, &st) == 0 && (size_t)st.st_size >= x->len) return UL_OK;
+    close(x->fd); /* nor sized it */
+    x->fd = -1;
   }
+  return UL_IN_PROGRESS;
 }
 
-ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf, void *wait_arg,
-                            ul_comm_t core, int rank, int nranks, const unsigned char token[16]) {
+static ul_result_t ulbu_board_ready_poll(void *arg) {
+  ulbu_board_hdr_t *h = arg;
+  return atomic_load(&h->ready) ? UL_OK : UL_IN_PROGRESS;
+}
+
+ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf,
+                            const ulbu_waiter_t *waiter, ul_comm_t core, int rank, int nranks,
+                            const unsigned char token[16]) {
   b->conf = conf;
-  b->wait_arg = wait_arg;
+  b->waiter = waiter;
   b->core = core;
   b->rank = rank;
   b->nranks = nranks;
@@ -237,8 +285,11 @@ ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf, void
                                   strerror(err));
     }
   } else {
-    ul_result_t rc = ulbu_board_open_existing(b, name, &fd);
+    ulbu_board_open_t x = {name, b->len, -1};
+    const ulbu_cond_t cond = {ulbu_board_open_poll, NULL, &x};
+    ul_result_t rc = ulbu_wait(b->waiter, &cond, "joining the communicator", NULL);
     if (rc != UL_OK) return rc;
+    fd = x.fd;
   }
   void *m = mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -252,11 +303,9 @@ ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf, void
     b->hdr->nranks = b->nranks;
     atomic_store(&b->hdr->ready, 1);
   } else {
-    double t0 = ulbu_now_ms();
-    while (!atomic_load(&b->hdr->ready)) {
-      ul_result_t rc = b->conf->wait(b->wait_arg, t0, "joining the communicator");
-      if (rc != UL_OK) return rc;
-    }
+    const ulbu_cond_t cond = {ulbu_board_ready_poll, NULL, b->hdr};
+    ul_result_t rc = ulbu_wait(b->waiter, &cond, "joining the communicator", NULL);
+    if (rc != UL_OK) return rc;
     if (b->hdr->nranks != b->nranks)
       return ul_backend_set_error(b->core, UL_ERR_INVALID_ARG,
                                   "%s: rank %d joined with nranks %d but the communicator has %d",

@@ -10,24 +10,41 @@
 #include <stdint.h>
 #include <unilink/backend.h>
 
+#include "wait.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ waiting */
 
-/* CLOCK_MONOTONIC in milliseconds. */
-double ulbu_now_ms(void);
+/* The GPU backends' backoff (wait.h): yield for the first millisecond (latency), then
+ * sleep 20 us between polls (CPU). */
+#define ULBU_GPU_YIELD_MS 1.0
+#define ULBU_GPU_SLEEP_NS 20000L
 
-/* Between polls: yield for the first millisecond (latency), then sleep 20 us (CPU). */
-void ulbu_backoff(double t0, double now);
+/* A waiter with the GPU backends' backoff. */
+ulbu_waiter_t ulbu_gpu_waiter(void *arg, ul_result_t (*check)(void *, double, const char *),
+                              ul_result_t (*expired)(void *, int, const char *), int timeout_ms);
+/* UL_ERR_ABORTED with "rank R: <what>: communicator was aborted". */
+ul_result_t ulbu_aborted_error(ul_comm_t core, int rank, const char *what);
+/* UL_ERR_TIMEOUT with "rank R: <what> did not complete within T ms". */
+ul_result_t ulbu_timeout_error(ul_comm_t core, int rank, const char *what, int timeout_ms);
 
-/* One step of a host wait that began at t0: UL_ERR_ABORTED ("rank R: <what>:
- * communicator was aborted") when aborted, UL_ERR_TIMEOUT ("rank R: <what> did not
- * complete within T ms") when timeout_ms > 0 has passed, else back off and UL_OK
- * (keep waiting). */
-ul_result_t ulbu_wait_step(ul_comm_t core, int rank, int aborted, double t0, int timeout_ms,
-                           const char *what);
+/* ------------------------------------------------------------- signal cells */
+
+/* Host-visible signal cells: one 64-bit counter per (signal index, sender) in memory
+ * every rank maps, written only by its sender, so no cross-device atomics are needed.
+ * A signal's count is the sum of its n cells (acquire: the data behind a count read
+ * is visible to the reads that follow). */
+uint64_t ulbu_cells_sum(const void *cells, int n);
+/* Wait until the count of the cells reaches value, with the backend's waiter; progress
+ * (may be NULL) runs between polls (this rank's own undelivered signals may be what a
+ * peer waits for). A timeout says "rank R: signal I of the window stayed at S < V for
+ * T ms". */
+ul_result_t ulbu_cells_wait(const ulbu_waiter_t *w, ul_comm_t core, int rank, int index,
+                            const void *cells, int n, uint64_t value, void (*progress)(void *),
+                            void *progress_arg);
 
 /* --------------------------------------------------------------- allocations */
 
@@ -105,21 +122,17 @@ typedef struct ulbu_board_hdr {
   int nranks;
 } ulbu_board_hdr_t;
 
-/* One step of a wait (see ulbu_wait_step): UL_OK to keep waiting, else the error. */
-typedef ul_result_t (*ulbu_wait_fn)(void *arg, double t0, const char *what);
-
 /* What differs between backends' boards (a static const table per backend). */
 typedef struct ulbu_board_conf {
   const char *who;        /* "cuda backend": error sentences */
   const char *prefix;     /* "ulcuda": segment names "/<prefix>-<token>-..." */
   size_t slot_bytes;      /* bytes of one rank's slot */
   int rank0_unlinks;      /* rank 0 unlinks the name too (not only its creator) */
-  ulbu_wait_fn wait;      /* how this backend waits (timeout, abort, its own errors) */
 } ulbu_board_conf_t;
 
 typedef struct ulbu_board {
   const ulbu_board_conf_t *conf;
-  void *wait_arg;         /* the backend's communicator, passed to conf->wait */
+  const ulbu_waiter_t *waiter; /* how this backend waits (timeout, abort, its sentences) */
   ul_comm_t core;
   int rank, nranks;
   char token_hex[33];
@@ -129,9 +142,10 @@ typedef struct ulbu_board {
 
 /* Name of a segment of this board's family: "/<prefix>-<token>-<what><a>-<b>". */
 void ulbu_board_name(const ulbu_board_t *b, char *buf, size_t len, const char *what, int a, int b2);
-/* Create or join the board of token (collective over nranks ranks); wait_arg is
- * handed to conf->wait. */
-ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf, void *wait_arg,
+/* Create or join the board of token (collective over nranks ranks); every wait goes
+ * through waiter (kept: it must outlive the board). */
+ul_result_t ulbu_board_join(ulbu_board_t *b, const ulbu_board_conf_t *conf,
+                            const ulbu_waiter_t *waiter,
                             ul_comm_t core, int rank, int nranks, const unsigned char token[16]);
 /* Barrier over the board's ranks. */
 ul_result_t ulbu_board_barrier(ulbu_board_t *b, const char *what);

@@ -9,13 +9,7 @@
 
 #include "ze_internal.h"
 
-static ul_result_t ze_board_wait(void *arg, double t0, const char *what) {
-  ul_backend_comm_t *c = arg;
-  return ze_wait_check(c, t0, c->timeout_ms, what);
-}
-
-static const ulbu_board_conf_t ze_board_conf = {"ze backend", "ulze", ZE_SLOT_BYTES, 0,
-                                                ze_board_wait};
+static const ulbu_board_conf_t ze_board_conf = {"ze backend", "ulze", ZE_SLOT_BYTES, 0};
 
 static uint64_t ze_host_hash(void) {
   char buf[512] = "";
@@ -167,6 +161,7 @@ ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **ou
   c->nranks = a->nranks;
   c->timeout_ms = a->timeout_ms;
   c->abort_flag = a->abort_flag;
+  ze_waiter_init(c);
   c->device = device;
   c->dev = ze_devs[device].h;
   c->internal.c = c;
@@ -211,7 +206,7 @@ ul_result_t ze_comm_init(const ul_backend_comm_args_t *a, ul_backend_comm_t **ou
     rc = ul_backend_set_error(a->comm, UL_ERR_NO_MEMORY, "ze backend: out of memory");
     goto fail;
   }
-  if ((rc = ulbu_board_join(&c->board, &ze_board_conf, c, c->core, c->rank, c->nranks,
+  if ((rc = ulbu_board_join(&c->board, &ze_board_conf, &c->waiter, c->core, c->rank, c->nranks,
                            p.token)) != UL_OK)
     goto fail;
   memset(&mine, 0, sizeof(mine));

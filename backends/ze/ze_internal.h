@@ -100,6 +100,7 @@ struct ul_backend_comm {
   ze_device_handle_t dev;
   struct ul_backend_stream internal;
   int same_process;
+  ulbu_waiter_t waiter; /* every wait: abort, delivery errors, timeout (ze_wait.c) */
   ulbu_board_t board; /* bootstrap: barrier and allgathers */
   ze_ident_t *idents;
   int *peer_dev; /* local device index of each peer, -1 if not visible */
@@ -159,8 +160,8 @@ static inline struct ul_backend_stream *ze_st(ul_backend_comm_t *c, ul_backend_s
 
 /* Record "ze backend: <call>: <result>" on c and return the mapped result. */
 ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r);
-/* UL_OK to keep waiting, else the error to return (abort, timeout, failed delivery). */
-ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const char *what);
+/* c->waiter: the GPU backoff, c's timeout, abort and a failed signal delivery. */
+void ze_waiter_init(ul_backend_comm_t *c);
 /* Publish *mine, then read every rank's slot into all[] (collective). */
 ul_result_t ze_allgather(ul_backend_comm_t *c, const ze_slot_t *mine, ze_slot_t *all,
                          const char *what);

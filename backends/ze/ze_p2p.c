@@ -59,37 +59,26 @@ ul_result_t ze_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, in
   return rc;
 }
 
-static uint64_t ze_signal_sum(ul_backend_comm_t *c, ul_backend_window_t *w, int index) {
-  _Atomic uint64_t *cells = (_Atomic uint64_t *)(w->peers[c->rank].seg) + (size_t)index * c->nranks;
-  uint64_t sum = 0;
-  for (int r = 0; r < c->nranks; r++) sum += atomic_load(&cells[r]);
-  return sum;
+static const _Atomic uint64_t *ze_cells(ul_backend_comm_t *c, ul_backend_window_t *w, int index) {
+  return (const _Atomic uint64_t *)(w->peers[c->rank].seg) + (size_t)index * c->nranks;
 }
+
+static void ze_progress_cb(void *c) { ze_progress(c); }
 
 ul_result_t ze_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                   uint64_t value, ul_backend_stream_t *s) {
-  double t0 = ulbu_now_ms();
-  while (ze_signal_sum(c, w, index) < value) {
-    ze_progress(c); /* our own pending signals may be what a peer waits for */
-    ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, "ul_wait_signal");
-    if (rc != UL_OK)
-      return rc == UL_ERR_TIMEOUT
-                 ? ul_backend_set_error(c->core, rc,
-                                        "rank %d: signal %d of the window stayed at %llu < %llu "
-                                        "for %d ms", c->rank, index,
-                                        (unsigned long long)ze_signal_sum(c, w, index),
-                                        (unsigned long long)value, c->timeout_ms)
-                 : rc;
-  }
-  /* Commands appended after this returns run after the peer's data is visible: the
+  (void)s;
+  /* Our own pending signals may be what a peer waits for: progress between polls.
+   * Commands appended after this returns run after the peer's data is visible: the
    * peer's barrier completed before its count was stored. */
-  return UL_OK;
+  return ulbu_cells_wait(&c->waiter, c->core, c->rank, index, (const void *)ze_cells(c, w, index),
+                         c->nranks, value, ze_progress_cb, c);
 }
 
 ul_result_t ze_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                   uint64_t *value) {
   ze_progress(c);
-  *value = ze_signal_sum(c, w, index);
+  *value = ulbu_cells_sum((const void *)ze_cells(c, w, index), c->nranks);
   return UL_OK;
 }
 

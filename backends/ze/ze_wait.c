@@ -14,13 +14,22 @@ ul_result_t ze_fail(ul_backend_comm_t *c, const char *call, ze_result_t r) {
   return ul_backend_set_error(c ? c->core : NULL, ulze_result((uint32_t)r), "ze backend: %s", buf);
 }
 
-/* UL_OK to keep waiting, else the error to return. */
-ul_result_t ze_wait_check(ul_backend_comm_t *c, double t0, int timeout_ms, const char *what) {
-  int aborted = ze_aborted(c);
-  /* An abort is reported before a failed signal delivery. */
-  if (!aborted && c->async_err != ZE_RESULT_SUCCESS)
-    return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
-  return ulbu_wait_step(c->core, c->rank, aborted, t0, timeout_ms, what);
+/* Abort first, then a failed signal delivery: UL_OK to keep waiting. */
+static ul_result_t ze_wait_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  ul_backend_comm_t *c = arg;
+  if (ze_aborted(c)) return ulbu_aborted_error(c->core, c->rank, what);
+  if (c->async_err != ZE_RESULT_SUCCESS) return ze_fail(c, "zeEventQueryStatus (signal)", c->async_err);
+  return UL_OK;
+}
+
+static ul_result_t ze_wait_expired(void *arg, int timeout_ms, const char *what) {
+  ul_backend_comm_t *c = arg;
+  return ulbu_timeout_error(c->core, c->rank, what, timeout_ms);
+}
+
+void ze_waiter_init(ul_backend_comm_t *c) {
+  c->waiter = ulbu_gpu_waiter(c, ze_wait_check, ze_wait_expired, c->timeout_ms);
 }
 
 /* Publish *mine, then read every rank's slot into all[] (collective). */
@@ -124,20 +133,27 @@ void *ze_progress_main(void *arg) {
   return NULL;
 }
 
+typedef struct ze_event_cond {
+  ul_backend_comm_t *c;
+  int *idx;
+} ze_event_cond_t;
+
+static ul_result_t ze_event_poll(void *arg) {
+  ze_event_cond_t *x = arg;
+  ul_backend_comm_t *c = x->c;
+  pthread_mutex_lock(&c->evlock);
+  int got = c->ev_nfree > 0;
+  if (got) *x->idx = c->ev_free[--c->ev_nfree];
+  pthread_mutex_unlock(&c->evlock);
+  if (got) return UL_OK;
+  ze_progress(c); /* delivering signals frees their events */
+  return UL_IN_PROGRESS;
+}
+
 ul_result_t ze_event_get(ul_backend_comm_t *c, int *idx) {
-  double t0 = ulbu_now_ms();
-  for (;;) {
-    pthread_mutex_lock(&c->evlock);
-    if (c->ev_nfree > 0) {
-      *idx = c->ev_free[--c->ev_nfree];
-      pthread_mutex_unlock(&c->evlock);
-      return UL_OK;
-    }
-    pthread_mutex_unlock(&c->evlock);
-    ze_progress(c);
-    ul_result_t rc = ze_wait_check(c, t0, c->timeout_ms, "waiting for a free completion event");
-    if (rc != UL_OK) return rc;
-  }
+  ze_event_cond_t x = {c, idx};
+  const ulbu_cond_t cond = {ze_event_poll, NULL, &x};
+  return ulbu_wait(&c->waiter, &cond, "waiting for a free completion event", NULL);
 }
 
 void ze_event_put(ul_backend_comm_t *c, int idx) {
@@ -184,8 +200,36 @@ ul_result_t ze_copy(ul_backend_comm_t *c, struct ul_backend_stream *st, void *ds
   return UL_OK;
 }
 
+typedef struct ze_list_cond {
+  ul_backend_comm_t *c;
+  ze_event_handle_t ev;
+  ze_command_list_handle_t list;
+  const char *call; /* a failed query: "zeEventQueryStatus (synchronize)" */
+} ze_list_cond_t;
+
+/* The device finished what came before the event. A communicator's own waits (call
+ * set) deliver signals meanwhile and say what failed; teardown's drain (call NULL) only
+ * learns whether it may free. */
+static ul_result_t ze_event_done_poll(void *arg) {
+  ze_list_cond_t *x = arg;
+  ze_result_t r = zeEventQueryStatus(x->ev);
+  if (r == ZE_RESULT_SUCCESS) return UL_OK;
+  if (r != ZE_RESULT_NOT_READY)
+    return x->call ? ze_fail(x->c, x->call, r) : UL_ERR_BACKEND;
+  if (x->call) ze_progress(x->c);
+  return UL_IN_PROGRESS;
+}
+
+/* Every signal appended to the list so far has been delivered. */
+static ul_result_t ze_delivered_poll(void *arg) {
+  ze_list_cond_t *x = arg;
+  if (!ze_pending_on(x->c, x->list)) return UL_OK;
+  ze_progress(x->c);
+  return UL_IN_PROGRESS;
+}
+
 /* Wait (host) until everything appended to st so far completed and its signals were
- * delivered. */
+ * delivered; one timeout for both. */
 ul_result_t ze_list_sync(ul_backend_comm_t *c, struct ul_backend_stream *st, int timeout_ms) {
   int ev;
   ul_result_t rc = ze_event_get(c, &ev);
@@ -197,28 +241,17 @@ ul_result_t ze_list_sync(ul_backend_comm_t *c, struct ul_backend_stream *st, int
   }
   st->dirty = 0;
   uint64_t ops = st->ops;
+  ulbu_waiter_t w = c->waiter;
+  w.timeout_ms = timeout_ms;
+  ze_list_cond_t x = {c, c->ev[ev], st->list, "zeEventQueryStatus (synchronize)"};
+  const ulbu_cond_t done = {ze_event_done_poll, NULL, &x};
   double t0 = ulbu_now_ms();
-  for (;;) {
-    r = zeEventQueryStatus(c->ev[ev]);
-    if (r == ZE_RESULT_SUCCESS) break;
-    if (r != ZE_RESULT_NOT_READY) {
-      rc = ze_fail(c, "zeEventQueryStatus (synchronize)", r);
-      break;
-    }
-    ze_progress(c);
-    if ((rc = ze_wait_check(c, t0, timeout_ms, "work on the stream")) != UL_OK) break;
-  }
-  if (rc != UL_OK) {
-    /* The device may still signal this event: never reuse it. */
-    return rc;
-  }
+  if ((rc = ulbu_wait_since(&w, &done, "work on the stream", t0)) != UL_OK)
+    return rc; /* the device may still signal this event: never reuse it */
   ze_event_put(c, ev);
   st->done_ops = ops;
-  while (ze_pending_on(c, st->list)) {
-    ze_progress(c);
-    if ((rc = ze_wait_check(c, t0, timeout_ms, "signal delivery")) != UL_OK) return rc;
-  }
-  return UL_OK;
+  const ulbu_cond_t delivered = {ze_delivered_poll, NULL, &x};
+  return ulbu_wait_since(&w, &delivered, "signal delivery", t0);
 }
 
 /* NULL stream: run now. */
@@ -247,14 +280,11 @@ int ze_list_drain(ul_backend_comm_t *c, ze_command_list_handle_t list) {
   int limit = c->timeout_ms > 0 && c->timeout_ms < ZE_DRAIN_MAX_MS ? c->timeout_ms : ZE_DRAIN_MAX_MS;
   zeEventHostReset(ev);
   if (zeCommandListAppendBarrier(list, ev, 0, NULL) != ZE_RESULT_SUCCESS) return 0;
-  double t0 = ulbu_now_ms();
-  for (;;) {
-    ze_result_t r = zeEventQueryStatus(ev);
-    if (r == ZE_RESULT_SUCCESS) return 1;
-    double now = ulbu_now_ms();
-    if (r != ZE_RESULT_NOT_READY || now - t0 > limit) return 0;
-    ulbu_backoff(t0, now);
-  }
+  /* No abort check and no sentence: teardown only learns whether it may free. */
+  ulbu_waiter_t w = ulbu_gpu_waiter(c, NULL, NULL, limit);
+  ze_list_cond_t x = {c, ev, list, NULL};
+  const ulbu_cond_t done = {ze_event_done_poll, NULL, &x};
+  return ulbu_wait(&w, &done, "drain", NULL) == UL_OK;
 }
 
 static void ze_stream_link(ul_backend_comm_t *c, ul_backend_stream_t *s) {
