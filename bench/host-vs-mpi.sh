@@ -19,10 +19,14 @@
 # speedup = time[raw MPI] / time[host] (> 1: host faster), and %roof. Thread ranks (-t 2,
 # no mpirun) are compared with the np=2 raw numbers of the same round. The last section
 # checks the targets of issue 18 and lists every point that misses one.
+# Selection: first bench/calibrate-host.sh measures this machine's staged/direct limits
+# into OUT/tuning.txt, which the host backend then reads (UNILINK_TUNING_FILE); CALIBRATE=0
+# keeps the built-in limits, TUNING=FILE uses an earlier table.
 # Environment: ITERS (large sizes, default 20), MAXBYTES (allreduce and reduce_scatter,
 # default 256M), COLL_MAXBYTES (others, default 64M), REPEAT (default 3), METHODS (default
 # "b2b sync"), BUFFERS (default "malloc ul"), COLLS (default "allreduce allgather
-# reduce_scatter broadcast alltoall"), NPS (default "2 4"), OUT (raw logs).
+# reduce_scatter broadcast alltoall"), NPS (default "2 4"), OUT (raw logs), CALIBRATE,
+# TUNING.
 set -u
 BUILD=${1:-build}
 BENCH="$BUILD/bin/unilink-bench"
@@ -55,6 +59,14 @@ if command -v mpicc.mpich >/dev/null && command -v mpirun.mpich >/dev/null; then
 else
   echo "host-vs-mpi.sh: mpicc.mpich/mpirun.mpich not found: no MPICH columns" >&2
 fi
+if [ -n "${TUNING:-}" ]; then
+  export UNILINK_TUNING_FILE=$TUNING
+elif [ "${CALIBRATE:-1}" != 0 ]; then
+  NPS="$NPS" "$SRC_DIR/calibrate-host.sh" "$BUILD" "$OUT/tuning.txt" > "$OUT/calibrate.log" 2>&1 &&
+    export UNILINK_TUNING_FILE="$OUT/tuning.txt" ||
+    echo "host-vs-mpi.sh: calibration failed (see $OUT/calibrate.log): built-in limits" >&2
+fi
+echo "host-vs-mpi.sh: selection limits: ${UNILINK_TUNING_FILE:-built in}" >&2
 # Placement as Open MPI does it by default: np <= cores binds each rank to a core; more
 # ranks than cores run unbound. MPICH's hydra takes no such flags.
 NCPU=$(nproc)
@@ -103,4 +115,5 @@ for rep in $(seq 1 "$REPEAT"); do
   done
 done
 
+[ -n "${UNILINK_TUNING_FILE:-}" ] && { echo "Selection limits measured here ($UNILINK_TUNING_FILE):"; grep -v '^#' "$UNILINK_TUNING_FILE"; }
 python3 "$SRC_DIR/host_vs_mpi_report.py" "$OUT" "$REPEAT"

@@ -378,6 +378,66 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
+/* UNILINK_TUNING_FILE (tests below): broadcast staged up to 1 MiB, allgather never. */
+static int tuned_selection(ul_comm_t c, int me, int n) {
+  static int32_t buf[16384 * 4];
+  ul_call_info_t info = {.struct_size = sizeof info};
+  for (int i = 0; i < 16384; i++) buf[i] = me == 0 ? i : -1;
+  CHECK(ul_broadcast(buf, buf, 16384, UL_INT32, 0, c, NULL) == UL_OK, "bcast");
+  CHECK(ul_comm_last_call(c, &info) == UL_OK && strcmp(info.algorithm, "staged") == 0,
+        "64 KiB broadcast ran '%s', the file says staged", info.algorithm);
+  CHECK(strstr(info.reason, "UNILINK_TUNING_FILE") != NULL, "reason: %s", info.reason);
+  for (int i = 0; i < 16384; i++) CHECK(buf[i] == i, "bcast [%d] = %d", i, buf[i]);
+  int32_t mine[256];
+  for (int i = 0; i < 256; i++) mine[i] = me * 1000 + i;
+  CHECK(ul_allgather(mine, buf, 256, UL_INT32, c, NULL) == UL_OK, "allgather");
+  CHECK(ul_comm_last_call(c, &info) == UL_OK && strcmp(info.algorithm, "direct") == 0,
+        "1 KiB-a-rank allgather ran '%s', the file says direct", info.algorithm);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < 256; i++) CHECK(buf[r * 256 + i] == r * 1000 + i, "allgather");
+  return 0;
+}
+
+static char *write_tuning(const char *text) {
+  static char path[] = "/tmp/ul_tuning_XXXXXX";
+  strcpy(path, "/tmp/ul_tuning_XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  return path;
+}
+
+Test(host_tuning, file_moves_the_limits, .timeout = 60) {
+  char *path = write_tuning("# measured here\nbroadcast 2 thread 1048576\nallgather 2 thread 0\n"
+                            "broadcast 3 thread 0   # another rank count: ignored\n");
+  setenv("UNILINK_TUNING_FILE", path, 1);
+  int bad = run_ranks(2, 0, tuned_selection);
+  unsetenv("UNILINK_TUNING_FILE");
+  unlink(path);
+  cr_assert_eq(bad, 0);
+}
+
+Test(host_tuning, bad_file_is_refused, .timeout = 60) {
+  char *path = write_tuning("allreduce 2 thread 4096\nallreduce two thread 4096\n");
+  setenv("UNILINK_TUNING_FILE", path, 1);
+  ul_comm_t comms[2];
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "host";
+  ul_result_t rc = ul_comm_init_all(comms, &cfg, 2, NULL);
+  const char *err = ul_last_error();
+  cr_expect_eq(rc, UL_ERR_INVALID_ARG, "%s", ul_result_name(rc));
+  cr_expect(strstr(err, "UNILINK_TUNING_FILE") && strstr(err, "line 2"), "%s", err);
+  if (rc == UL_OK)
+    for (int i = 0; i < 2; i++) ul_comm_destroy(comms[i]);
+  setenv("UNILINK_TUNING_FILE", "/nonexistent/tuning", 1);
+  rc = ul_comm_init_all(comms, &cfg, 2, NULL);
+  cr_expect_eq(rc, UL_ERR_INVALID_ARG, "%s", ul_result_name(rc));
+  cr_expect(strstr(ul_last_error(), "/nonexistent/tuning") != NULL, "%s", ul_last_error());
+  unsetenv("UNILINK_TUNING_FILE");
+  unlink(path);
+}
+
 #define RANK_TESTS(fn)                                                                           \
   Test(host_threads, fn##_1, .timeout = 120) { cr_assert_eq(run_ranks(1, 0, fn), 0); }           \
   Test(host_threads, fn##_2, .timeout = 120) { cr_assert_eq(run_ranks(2, 0, fn), 0); }           \

@@ -31,7 +31,8 @@
     "folder of libunilink and the install folder")                                             \
   X(ALGO, STR, "", "core",                                                                     \
     "force algorithms: <collective>:<algorithm>[,...], e.g. \"allreduce:ring,broadcast:tree\"; " \
-    "algorithm is native, direct, ring, oneshot, tree, pairwise, linear or signal")            \
+    "algorithm is native, line, oneshot, staged, direct, ring, tree, pairwise, linear or "     \
+    "signal")                                                                                  \
   X(FAULT, STR, "", "test",                                                                    \
     "test builds only (UNILINK_TEST_HOOKS=ON): inject a fault, e.g. \"allreduce:offbyone\"")   \
   X(CHUNK_BYTES, INT, "262144", "generic",                                                     \
@@ -39,6 +40,10 @@
   X(ONESHOT_BYTES, INT, "32768", "generic",                                                    \
     "largest message (bytes) of the single-sync one-shot allreduce of the generic layer "      \
     "(0: off)")                                                                                \
+  X(TUNING_FILE, STR, "", "generic",                                                           \
+    "selection limits measured on this machine (bench/calibrate-host.sh writes it): lines "    \
+    "'<collective> <ranks> process|thread <bytes>': the largest size (as nccl-tests counts it) "\
+    "that runs staged")                                                                        \
   X(CMA, INT, "1", "generic",                                                                  \
     "single-copy transfers between process ranks with process_vm_readv/writev (0: off, copy "  \
     "through shared memory)")                                                                  \

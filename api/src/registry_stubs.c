@@ -134,6 +134,21 @@ static ul_result_t ul__stub_bootstrap_bcast(int impl, int64_t fcomm, void *buf, 
 static ul_result_t ul__stub_bootstrap_stage(int impl, int64_t fcomm, int on) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_peer_copy_ready(ul_backend_comm_t *c, int *ready) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_peer_read(ul_backend_comm_t *c, int peer, void *l, const void *r,
+                                      size_t n) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_peer_write(ul_backend_comm_t *c, int peer, void *r, const void *l,
+                                       size_t n) {
+  return UL_ERR_UNSUPPORTED;
+}
+static ul_result_t ul__stub_copy_stream(ul_backend_comm_t *c, void *dst, const void *src,
+                                        size_t n, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -180,7 +195,11 @@ static ul_result_t ul__stub_bootstrap_stage(int impl, int64_t fcomm, int on) {
   X(comm_shrink, ul__stub_comm_shrink)            \
   X(comm_failed_ranks, ul__stub_comm_failed_ranks) \
   X(bootstrap_bcast, ul__stub_bootstrap_bcast)    \
-  X(bootstrap_stage, ul__stub_bootstrap_stage)
+  X(bootstrap_stage, ul__stub_bootstrap_stage)    \
+  X(peer_copy_ready, ul__stub_peer_copy_ready)    \
+  X(peer_read, ul__stub_peer_read)                \
+  X(peer_write, ul__stub_peer_write)              \
+  X(copy_stream, ul__stub_copy_stream)
 
 static const void *const ul__stubs[] = {
 #define UL__STUB_ADDR(field, stub) (const void *)stub,

@@ -39,7 +39,7 @@
 #define HOST_SHM_PREFIX "unilink-" /* as listed in /dev/shm */
 #define HOST_NAME_MAX_LEN 64
 #define HOST_CTRL_MAGIC 0x756c686f73746331ULL /* "ulhostc1" */
-#define HOST_CTRL_VERSION 2u /* 2: revoke and shrink fields */
+#define HOST_CTRL_VERSION 3u /* 2: revoke and shrink fields; 3: self_addr */
 #define HOST_CACHELINE 64
 #define HOST_HUGE_ALIGN (2u << 20)
 
@@ -69,6 +69,9 @@ typedef struct host_ctrl_rank {
   uint64_t seg_offset;              /* window base - segment base */
   uint64_t win_size;
   uint64_t base_addr; /* the rank's own address of the window */
+  /* The rank's own address of this word, written before it arrives: peers read it back
+   * with process_vm_readv to learn whether they may (host_peer.c, peer_copy_ready). */
+  uint64_t self_addr;
 } __attribute__((aligned(HOST_CACHELINE))) host_ctrl_rank_t;
 
 /* Arrival word: count of arrived ranks, or HOST_ARRIVE_FAILED once a rank gave up. */
@@ -260,5 +263,14 @@ ul_result_t host_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dty
                            int nranks, ul_backend_stream_t *s);
 ul_result_t host_copy_local(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
                             ul_backend_stream_t *s);
+
+/* ---- host_peer.c: single copies with peer processes, streaming copies ---- */
+ul_result_t host_peer_copy_ready(ul_backend_comm_t *c, int *ready);
+ul_result_t host_peer_read(ul_backend_comm_t *c, int peer, void *local, const void *remote,
+                           size_t bytes);
+ul_result_t host_peer_write(ul_backend_comm_t *c, int peer, void *remote, const void *local,
+                            size_t bytes);
+ul_result_t host_copy_stream(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
+                             ul_backend_stream_t *s);
 
 #endif

@@ -60,4 +60,8 @@ const ul_backend_ops_t ul_backend_host = {
     .reduce_local = host_reduce_local,
     .scale_avg = host_scale_avg,
     .copy_local = host_copy_local,
+    .peer_copy_ready = host_peer_copy_ready,
+    .peer_read = host_peer_read,
+    .peer_write = host_peer_write,
+    .copy_stream = host_copy_stream,
 };

@@ -464,6 +464,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
   host_ctrl_rank_t *me = &m->ranks[c->rank];
   int32_t zero = 0;
   me->pid = (int32_t)getpid();
+  me->self_addr = (uint64_t)(uintptr_t)&me->self_addr;
   if (!atomic_compare_exchange_strong(&me->present, &zero, 1)) {
     rc = ul_backend_set_error(h, UL_ERR_INVALID_ARG,
                               "host: rank %d joined twice (two callers used the same rank with "
@@ -600,6 +601,7 @@ ul_result_t host_comm_init_all(const ul_backend_comm_args_t *args, int ndev,
       return ul_backend_set_error(args[i].comm, UL_ERR_NO_MEMORY, "host: out of memory");
     }
     m->ranks[i].pid = (int32_t)getpid();
+    m->ranks[i].self_addr = (uint64_t)(uintptr_t)&m->ranks[i].self_addr;
     atomic_store(&m->ranks[i].present, 1);
     c->ctrl = m;
     c->ctrl_size = size;

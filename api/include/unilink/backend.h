@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 3
+#define UL_BACKEND_ABI_MINOR 4
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -288,6 +288,32 @@ typedef struct ul_backend_ops {
   /** on = 1: the next comm_init on this thread builds on that application communicator
    *  instead of the whole job; on = 0: drop it. */
   ul_result_t (*bootstrap_stage)(int impl, int64_t fcomm, int on);
+
+  /* --- memory and transport floor (ABI 1.4, optional): single copies into and out of a
+   *     peer process's private memory, and streaming stores. Absent: the generic layer
+   *     reaches peers' private buffers only through windows (direct algorithms then need
+   *     load/store peers or mem_export mappings) and copies with copy_local ----------- */
+  /** Local, non-blocking, may be called more than once: *ready = 1 when peer_read and
+   *  peer_write reach every peer of c from this rank (between processes: the kernel lets
+   *  this process access the peers' memory), else 0. Permissions are per pair, so ranks
+   *  may disagree: a caller that needs one answer agrees on it with the other ranks. */
+  ul_result_t (*peer_copy_ready)(ul_backend_comm_t *c, int *ready);
+  /** Local: local[0..bytes) <- remote, an address in peer @p peer's own address space (its
+   *  private host memory, no window needed), in one copy; never waits for the peer. A
+   *  lost peer (its memory vanished because it aborted, destroyed c or exited) gives
+   *  UL_ERR_PEER_LOST with a sentence naming the lost ranks; any other failure (a bad
+   *  address of a live peer) UL_ERR_SYSTEM naming the peer and the system error. */
+  ul_result_t (*peer_read)(ul_backend_comm_t *c, int peer, void *local, const void *remote,
+                           size_t bytes);
+  /** Local: remote[0..bytes) <- local, remote in peer @p peer's address space; as
+   *  peer_read. Visible to the peer once the caller's next signal (or barrier) is. */
+  ul_result_t (*peer_write)(ul_backend_comm_t *c, int peer, void *remote, const void *local,
+                            size_t bytes);
+  /** copy_local for large outputs the caller will not read soon: stores that bypass the
+   *  cache (non-temporal) where the backend has them, ordered before the op returns (so
+   *  before any later signal). Absent: the core uses copy_local. */
+  ul_result_t (*copy_stream)(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
+                             ul_backend_stream_t *s);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */

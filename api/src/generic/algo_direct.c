@@ -1,14 +1,9 @@
 /* Direct algorithms: every rank reads and writes its peers' user buffers itself, by
- * load/store (threads, or processes whose buffers are mapped: zero-copy) or single-copy
- * system calls (process_vm_readv/writev). Two barriers per call, no staging. */
-#define _GNU_SOURCE
-#include <errno.h>
+ * load/store (threads, or processes whose buffers are mapped: zero-copy) or the
+ * backend's single-copy peer ops (peer_read/peer_write: the host backend's cross-memory
+ * attach). Two barriers per call, no staging. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/uio.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include "generic_internal.h"
 
@@ -22,104 +17,26 @@ static size_t piece_elems(algo_ctx_t *x) {
   return e ? e : 1;
 }
 
-/* memcpy with non-temporal stores: no read-for-ownership of the destination lines. */
-static void nt_copy(void *dst, const void *src, size_t bytes) {
-#if defined(__x86_64__)
-  char *d = dst;
-  const char *s = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (head > bytes) head = bytes;
-  if (head) {
-    memcpy(d, s, head);
-    d += head;
-    s += head;
-    bytes -= head;
-  }
-  size_t body = bytes & ~(size_t)63;
-  for (size_t i = 0; i < body; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)(s + i));
-    __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
-    __m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-    _mm_stream_si128((__m128i *)(d + i), a);
-    _mm_stream_si128((__m128i *)(d + i + 16), b);
-    _mm_stream_si128((__m128i *)(d + i + 32), c);
-    _mm_stream_si128((__m128i *)(d + i + 48), e);
-  }
-  if (bytes > body) memcpy(d + body, s + body, bytes - body);
-  _mm_sfence(); /* order the streaming stores before the signal that publishes them */
-#else
-  memcpy(dst, src, bytes);
-#endif
-}
-
-/* Local copy of an output piece: streaming when large and host memory. */
+/* Local copy of an output piece: streaming when large and host memory (the backend's
+ * copy_stream; copy_local where it has none). */
 static ul_result_t out_copy(algo_ctx_t *x, void *dst, const void *src, size_t bytes, int nt) {
   if (dst == src || bytes == 0) return UL_OK;
-  if (nt && x->host) {
-    nt_copy(dst, src, bytes);
-    return UL_OK;
-  }
+  if (nt && x->host && x->g->copy_stream)
+    return x->o->copy_stream(BC(x), dst, src, bytes, x->bs);
   return COPY(x, dst, src, bytes);
 }
 
-/* A copy with peer `peer` failed with EFAULT (its buffer vanished: it left the operation,
- * typically because it saw another rank die first) or ESRCH (it is gone). Ask the
- * backend which ranks are lost -- its liveness check (pidfd on host and mpi) sees an
- * exited rank even while it is an unreaped zombie, which kill(pid, 0) does not -- and
- * name them: UL_ERR_PEER_LOST. UL_OK when none is known lost (the caller reports the
- * system error). */
-static ul_result_t cma_lost_peer(algo_ctx_t *x, int peer, int write, int err) {
-  const ul_backend_ops_t *o = &x->c->backend->ops;
-  int lost[64], nlost = 0;
-  if (ul__op_is_stub((const void *)o->comm_failed_ranks) ||
-      o->comm_failed_ranks(x->c->bcomm, lost, 64, &nlost) != UL_OK || nlost <= 0) {
-    if (err != ESRCH) return UL_OK;
-    lost[0] = peer; /* the kernel says the peer's process is gone */
-    nlost = 1;
-  }
-  char names[160] = "";
-  size_t used = 0;
-  for (int k = 0; k < nlost && k < 64 && used + 16 < sizeof names; k++)
-    used += (size_t)snprintf(names + used, sizeof names - used, "%srank %d (pid %d)",
-                             k ? ", " : "", lost[k], (int)ul__mailbox(x->g, lost[k])->pid);
-  return ul__comm_set_error(
-      x->c, UL_ERR_PEER_LOST,
-      "%s #%llu: peer %s lost (aborted, destroyed its communicator or exited); %s rank %d "
-      "failed: %s",
-      x->g->opname ? x->g->opname : "operation", (unsigned long long)x->g->seq, names,
-      write ? "process_vm_writev to" : "process_vm_readv from", peer, strerror(err));
-}
-
-/* Single-copy transfers with a peer process (cross-memory attach). The kernel may move
- * fewer bytes than asked (it stops at a fault or a page limit): loop on the rest. */
-static ul_result_t cma_xfer(algo_ctx_t *x, int peer, void *local, void *remote, size_t bytes,
-                            int write) {
-  pid_t pid = (pid_t)ul__mailbox(x->g, peer)->pid;
-  char *l = local, *r = remote;
-  while (bytes) {
-    struct iovec li = {l, bytes}, ri = {r, bytes};
-    ssize_t got = write ? process_vm_writev(pid, &li, 1, &ri, 1, 0)
-                        : process_vm_readv(pid, &li, 1, &ri, 1, 0);
-    if (got <= 0) {
-      if (got < 0 && errno == EINTR) continue;
-      int err = got < 0 ? errno : EIO;
-      if (err == EFAULT || err == ESRCH) {
-        ul_result_t lost = cma_lost_peer(x, peer, write, err);
-        if (lost != UL_OK) return lost;
-      }
-      return ul__comm_set_error(x->c, err == ESRCH ? UL_ERR_PEER_LOST : UL_ERR_SYSTEM,
-                                "%s #%llu: %s of %zu bytes %s rank %d (pid %d) failed: %s",
-                                x->g->opname ? x->g->opname : "operation",
-                                (unsigned long long)x->g->seq,
-                                write ? "process_vm_writev" : "process_vm_readv", bytes,
-                                write ? "to" : "from", peer, (int)pid, strerror(err));
-    }
-    l += got;
-    r += got;
-    bytes -= (size_t)got;
-  }
-  return UL_OK;
+/* Single copy with a peer process through the backend (peer_read/peer_write). Its
+ * sentence (lost ranks named, or the system error) gets the operation in front. */
+static ul_result_t peer_copy(algo_ctx_t *x, int peer, void *local, void *remote, size_t bytes,
+                             int write) {
+  ul_result_t rc = write ? x->o->peer_write(BC(x), peer, remote, local, bytes)
+                         : x->o->peer_read(BC(x), peer, local, remote, bytes);
+  if (rc == UL_OK) return UL_OK;
+  char prev[512];
+  snprintf(prev, sizeof prev, "%s", x->c->last_error);
+  return ul__comm_set_error(x->c, rc, "%s #%llu: %s", x->g->opname ? x->g->opname : "operation",
+                            (unsigned long long)x->g->seq, prev);
 }
 
 /* Peer r's send (recv) buffer at `remote`, an address of r's, as an address of this
@@ -145,7 +62,7 @@ static void *local_recv(algo_ctx_t *x, int r, void *remote) {
 static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, size_t bytes) {
   if (bytes == 0) return UL_OK;
   const void *src = local_send(x, r, remote);
-  if (!src) return cma_xfer(x, r, dst, (void *)remote, bytes, 0);
+  if (!src) return peer_copy(x, r, dst, (void *)remote, bytes, 0);
   if (dst == src) return UL_OK;
   return out_copy(x, dst, src, bytes, x->nt_pull);
 }
@@ -155,7 +72,7 @@ static ul_result_t push(algo_ctx_t *x, int r, void *remote, const void *src, siz
                         int nt) {
   if (bytes == 0) return UL_OK;
   void *dst = local_recv(x, r, remote);
-  if (!dst) return cma_xfer(x, r, (void *)src, remote, bytes, 1);
+  if (!dst) return peer_copy(x, r, (void *)src, remote, bytes, 1);
   return out_copy(x, dst, src, bytes, nt);
 }
 

@@ -113,7 +113,17 @@ static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
 }
 
+/* A limit measured on this machine (UNILINK_TUNING_FILE), or UL__UNTUNED. The file
+ * counts nccl-tests' sizes; an allgather stages one block of them. */
+static size_t tuned_limit(const ul__generic_t *g, const algo_entry_t *e) {
+  if (e->run != ul__staged_oneshot_allreduce && e->run != ul__staged_small) return UL__UNTUNED;
+  size_t t = g->staged_max[g->load_store != 0][e->coll];
+  return t != UL__UNTUNED && e->coll == UL_COLL_ALLGATHER ? t / (size_t)g->n : t;
+}
+
 static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
+  size_t t = tuned_limit(g, e);
+  if (t != UL__UNTUNED) return t < oneshot_capacity(g, e) ? t : oneshot_capacity(g, e);
   if (e->run == ul__staged_oneshot_allreduce && g->n > g->ncpu) {
     double f = (double)g->ncpu / g->n;
     return (size_t)((double)g->oneshot_bytes * f * f) & ~(size_t)63;
@@ -146,10 +156,11 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              ul__line_bytes(x), UL__LL_MAX_BYTES);
   else if (al->run == ul__staged_oneshot_allreduce || al->run == ul__staged_small)
     snprintf(r, rl,
-             "%zu bytes <= %zu (UNILINK_ONESHOT_BYTES%s): staged in shared scratch, one "
-             "synchronisation",
+             "%zu bytes <= %zu (%s): staged in shared scratch, one synchronisation",
              al->run == ul__staged_small ? ul__staged_bytes(x) : bytes, oneshot_limit(g, al),
-             oneshot_limit(g, al) < g->oneshot_bytes ? " x (cores/ranks)^2" : "");
+             tuned_limit(g, al) != UL__UNTUNED ? "measured here: UNILINK_TUNING_FILE"
+             : oneshot_limit(g, al) < g->oneshot_bytes ? "UNILINK_ONESHOT_BYTES x (cores/ranks)^2"
+                                                      : "UNILINK_ONESHOT_BYTES");
   else if ((al->needs == NEED_DIRECT || al->needs == NEED_LOAD_STORE) && g->load_store)
     snprintf(r, rl, "%sranks share an address space: direct reads/writes of peers' buffers%s",
              over, x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");

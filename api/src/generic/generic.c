@@ -2,7 +2,7 @@
  * barriers and pointer publication for direct algorithms.
  *
  * Scratch layout on every rank:
- *   [mailbox: 64 B, this rank's published buffer pointers (direct algorithms)]
+ *   [mailbox: 128 B, this rank's published buffer pointers (direct algorithms)]
  *   [slots: nranks x slot_bytes; slot j receives chunks from rank j, NBUF buffers each]
  *   [work: chunk_bytes, local accumulator]
  *   [one-shot staging: 2 x oneshot_bytes]
@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,30 +29,22 @@
 int ul__generic_available(ul_comm_t comm) { return comm->generic != NULL; }
 
 /* Ranks in separate processes whose scratch is shared memory: can they read and write
- * each other's private buffers with process_vm_readv/writev (cross-memory attach)?
- * Needs ptrace permission over the peer (same user; Yama may forbid it), so every rank
- * tries to read each peer's mailbox and the ranks agree on the answer: a path that one
- * rank cannot take must not be chosen by the others. The ranks also agree on the core
- * count, on which selection depends. Two barriers, once per comm. */
+ * each other's private buffers with the backend's single-copy peer ops (the host
+ * backend's cross-memory attach)? Permission is per pair, so every rank asks its backend
+ * and the ranks agree on the answer: a path that one rank cannot take must not be chosen
+ * by the others. The ranks also agree on the core count, on which selection depends. One
+ * barrier, once per comm; the mailbox fields read after it are never rewritten. */
 static ul_result_t generic_probe_processes(ul__generic_t *g) {
+  ul_comm_t comm = g->comm;
+  const ul_backend_ops_t *o = &comm->backend->ops;
   ul__mailbox_t *mb = (ul__mailbox_t *)g->scratch;
-  mb->send = g->scratch; /* our own address of the scratch: what a peer reads back */
-  mb->pid = (int32_t)getpid();
-  mb->cma_ok = 0;
+  int ok = 0;
+  if (ul__param_get_int(UL__P_CMA) != 0 && !ul__op_is_stub((const void *)o->peer_copy_ready) &&
+      !ul__op_is_stub((const void *)o->peer_read) && !ul__op_is_stub((const void *)o->peer_write) &&
+      o->peer_copy_ready(comm->bcomm, &ok) != UL_OK)
+    ok = 0;
+  mb->cma_ok = ok != 0;
   mb->ncpu = g->ncpu;
-  int want = (int)ul__param_get_int(UL__P_CMA);
-  UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
-  int ok = want != 0;
-  for (int p = 0; p < g->n && ok; p++) {
-    if (p == g->me) continue;
-    const ul__mailbox_t *pm = (const ul__mailbox_t *)g->peer_bases[p];
-    const void *remote = pm->send;
-    const void *got = NULL;
-    struct iovec l = {(void *)&got, sizeof got}, r = {(void *)remote, sizeof got};
-    if (process_vm_readv((pid_t)pm->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof got || got != remote)
-      ok = 0;
-  }
-  mb->cma_ok = ok;
   UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
   int all = 1;
   for (int p = 0; p < g->n; p++) {
@@ -62,7 +53,6 @@ static ul_result_t generic_probe_processes(ul__generic_t *g) {
     /* Selection depends on it: every rank must use the same value. */
     if (pm->ncpu > 0 && pm->ncpu < g->ncpu) g->ncpu = pm->ncpu;
   }
-  mb->send = NULL; /* peers read it before the second barrier; publish rewrites it */
   g->cma = all;
   g->opname = NULL;
   return UL_OK;
@@ -102,8 +92,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->oneshot_off = g->work_off + chunk;
   g->oneshot_bytes = os;
   g->hdr_off = g->oneshot_off + 2 * os;
-  g->ll_off = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
-  g->scratch_size = g->ll_off + UL__LL_REGION(n);
+  g->scratch_size = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -125,10 +114,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   }
   /* Peers read our mailbox; heap scratch (threads) is not zeroed. Host memory only: a
    * device scratch has no host-visible mailbox (shared_scratch is then 0). */
-  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
-    memset(g->scratch, 0, UL__MAILBOX_BYTES);
-    memset((char *)g->scratch + g->ll_off, 0, UL__LL_REGION(n)); /* epoch 0: nothing written */
-  }
+  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) memset(g->scratch, 0, UL__MAILBOX_BYTES);
   rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
   if (rc != UL_OK) {
@@ -139,6 +125,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     return rc;
   }
   g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
+  g->copy_stream = !ul__op_is_stub((const void *)o->copy_stream);
   /* The mailbox, staging and direct paths are CPU loads/stores: they need host memory
    * (cuda p2p peer_bases are device pointers even when ranks share a process). */
   g->shared_scratch = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0;

@@ -10,23 +10,13 @@
 #define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
-#define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
-#define UL__NSIG_GENERIC(n) (6 * (n) + 16)
-
-/* Flagged lines (algo_staged.c, ul__line_small): per source rank and epoch parity,
- * UL__LL_LINES cache lines of an 8-byte epoch and UL__LL_PAYLOAD bytes of data. */
-#define UL__LL_LINE 64
-#define UL__LL_PAYLOAD (UL__LL_LINE - 8)
-#define UL__LL_LINES 8
-#define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
-#define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
+#define UL__NSIG_GENERIC(n) (5 * (n) + 16)
 
 typedef struct ul__mailbox {
   const void *send;
   void *recv;
   uint64_t seq;
-  int32_t pid;    /* process of the rank: single-copy reads (process_vm_readv) */
-  int32_t cma_ok; /* init probe: this rank could read every peer's mailbox */
+  int32_t cma_ok; /* init probe: the backend's peer_read/peer_write reach every peer */
   int32_t ncpu;   /* init probe: CPUs online as this rank sees them */
   /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
   uint64_t send_handle, recv_handle;
@@ -51,7 +41,7 @@ typedef struct ul__generic {
   int can_poll;   /* backend has read_signal */
   uint64_t seq;   /* sequence number of the running operation */
   int shared_scratch; /* every peer's scratch is host load/store reachable */
-  int cma;            /* user buffers private, but process_vm_readv/writev work */
+  int cma;            /* user buffers private, but the backend's peer_read/write reach them */
   int zcopy;          /* backend maps peers' mem_alloc memory (mem_export/import) */
   int ncpu;           /* CPUs online, the same on every rank (min over process ranks) */
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
@@ -60,8 +50,6 @@ typedef struct ul__generic {
   size_t oneshot_off, oneshot_bytes; /* staging area of 2 x oneshot_bytes per rank */
   size_t hdr_off; /* n x NBUF words: the length of the p2p message a chunk starts */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
-  size_t ll_off;                     /* flagged lines, UL__LL_REGION(n) bytes */
-  uint64_t ll_epoch;                 /* flagged-line operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
@@ -75,6 +63,7 @@ typedef struct ul__generic {
   const void *reason_algo;
   size_t reason_bytes;
   char reason[192];
+  int copy_stream; /* backend has copy_stream (streaming stores for large outputs) */
 } ul__generic_t;
 
 /* One collective call as an algorithm sees it (algo_*.c, algorithms.c, vcoll.c). */
@@ -94,18 +83,6 @@ typedef struct ul__algo_ctx {
 
 #define BC(x) ((x)->c->bcomm)
 #define COPY(x, dst, src, nbytes) (x)->o->copy_local(BC(x), (dst), (src), (nbytes), (x)->bs)
-
-/* One step of a busy wait: tells the core a spin is under way (saves power, frees the
- * sibling hyperthread). */
-static inline void ul__cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#else
-  __asm__ __volatile__("" ::: "memory");
-#endif
-}
 
 static inline char *at(const void *base, size_t elems, size_t esize) {
   return (char *)base + elems * esize;
@@ -175,11 +152,6 @@ UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x);
 /* Bytes each rank stages for ul__staged_small (what peers read from it). */
 UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
-/* The tiniest symmetric collectives (allreduce, reduce_scatter, allgather, alltoall):
- * data pushed into peers' scratch in flagged cache lines, up to UL__LL_MAX_BYTES a peer
- * (ul__line_bytes). */
-UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x);
-UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x);
 /* algo_pipelined.c: chunked ring/tree/linear/pairwise patterns over the channels. */
 UL__HIDDEN ul_result_t ul__oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__ring_allreduce(algo_ctx_t *x);
