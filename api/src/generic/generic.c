@@ -86,13 +86,20 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->work_off = g->slots_off + (size_t)n * g->slot_bytes;
   /* One-shot staging: two buffers (even/odd epochs) that peers read in place, so a
    * small allreduce needs a single synchronisation (see algo_staged.c). */
+  ul_result_t rc = ul__tuning_load(g, ul__param_get_str(UL__P_TUNING_FILE));
+  if (rc != UL_OK) {
+    ul__generic_fini_state(g);
+    return rc;
+  }
   size_t os = (size_t)ul__param_get_int(UL__P_ONESHOT_BYTES);
-  if (os > ((size_t)1 << 20)) os = (size_t)1 << 20;
+  if (os < ul__tuning_staging_bytes(g)) os = ul__tuning_staging_bytes(g);
+  if (os > UL__STAGED_MAX_BYTES) os = UL__STAGED_MAX_BYTES;
   os = (os + 63) & ~(size_t)63;
   g->oneshot_off = g->work_off + chunk;
   g->oneshot_bytes = os;
   g->hdr_off = g->oneshot_off + 2 * os;
-  g->scratch_size = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
+  g->ll_off = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
+  g->scratch_size = g->ll_off + UL__LL_REGION(n);
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -106,7 +113,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
   }
-  ul_result_t rc = o->mem_alloc(comm->bcomm, g->scratch_size, &g->scratch);
+  rc = o->mem_alloc(comm->bcomm, g->scratch_size, &g->scratch);
   if (rc != UL_OK) {
     ul__generic_fini_state(g);
     if (rc == UL_ERR_UNSUPPORTED) return UL_OK;
@@ -114,7 +121,10 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   }
   /* Peers read our mailbox; heap scratch (threads) is not zeroed. Host memory only: a
    * device scratch has no host-visible mailbox (shared_scratch is then 0). */
-  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) memset(g->scratch, 0, UL__MAILBOX_BYTES);
+  if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
+    memset(g->scratch, 0, UL__MAILBOX_BYTES);
+    memset((char *)g->scratch + g->ll_off, 0, UL__LL_REGION(n)); /* epoch 0: nothing written */
+  }
   rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
   if (rc != UL_OK) {

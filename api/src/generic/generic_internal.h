@@ -10,7 +10,19 @@
 #define UL__SIG_SYNC(g, j) (2 * (g)->n + (j))
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
-#define UL__NSIG_GENERIC(n) (5 * (n) + 16)
+#define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
+#define UL__NSIG_GENERIC(n) (6 * (n) + 16)
+
+#define UL__UNTUNED ((size_t)-1)
+#define UL__STAGED_MAX_BYTES ((size_t)1 << 20) /* largest staging area a rank keeps */
+
+/* Flagged lines (algo_staged.c, ul__line_small): per source rank and epoch parity,
+ * UL__LL_LINES cache lines of an 8-byte epoch and UL__LL_PAYLOAD bytes of data. */
+#define UL__LL_LINE 64
+#define UL__LL_PAYLOAD (UL__LL_LINE - 8)
+#define UL__LL_LINES 8
+#define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
+#define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
 
 typedef struct ul__mailbox {
   const void *send;
@@ -50,6 +62,11 @@ typedef struct ul__generic {
   size_t oneshot_off, oneshot_bytes; /* staging area of 2 x oneshot_bytes per rank */
   size_t hdr_off; /* n x NBUF words: the length of the p2p message a chunk starts */
   uint64_t oneshot_epoch;            /* one-shot operations run so far */
+  size_t ll_off;                     /* flagged lines, UL__LL_REGION(n) bytes */
+  /* [thread placement][collective]: staged limit measured on this machine (tuning.c);
+   * UL__UNTUNED: the built-in limit */
+  size_t staged_max[2][UL_COLL_COUNT];
+  uint64_t ll_epoch;                 /* flagged-line operations run so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
@@ -84,6 +101,18 @@ typedef struct ul__algo_ctx {
 #define BC(x) ((x)->c->bcomm)
 #define COPY(x, dst, src, nbytes) (x)->o->copy_local(BC(x), (dst), (src), (nbytes), (x)->bs)
 
+/* One step of a busy wait: tells the core a spin is under way (saves power, frees the
+ * sibling hyperthread). */
+static inline void ul__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#else
+  __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 static inline char *at(const void *base, size_t elems, size_t esize) {
   return (char *)base + elems * esize;
 }
@@ -111,6 +140,11 @@ UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_str
 UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t send_bytes,
                                    void *recv, size_t recv_bytes, ul_backend_stream_t *bs);
 UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
+/* tuning.c: read the limits of this rank count from UNILINK_TUNING_FILE (path; NULL or
+ * "" = none); a file that cannot be read or parsed is an error naming the line. */
+UL__HIDDEN ul_result_t ul__tuning_load(ul__generic_t *g, const char *path);
+/* The largest tuned staged limit (what the staging area must hold); 0 if none. */
+UL__HIDDEN size_t ul__tuning_staging_bytes(const ul__generic_t *g);
 
 /* Shared by the algorithm files (algo_direct.c, algo_staged.c, algo_pipelined.c). */
 #define REDUCE(x, dst, p, q, cnt) \
@@ -152,6 +186,11 @@ UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x);
 /* Bytes each rank stages for ul__staged_small (what peers read from it). */
 UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
+/* The tiniest symmetric collectives (allreduce, reduce_scatter, allgather, alltoall):
+ * data pushed into peers' scratch in flagged cache lines, up to UL__LL_MAX_BYTES a peer
+ * (ul__line_bytes). */
+UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x);
+UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x);
 /* algo_pipelined.c: chunked ring/tree/linear/pairwise patterns over the channels. */
 UL__HIDDEN ul_result_t ul__oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__ring_allreduce(algo_ctx_t *x);
