@@ -237,6 +237,10 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
   size_t cb = ul__line_bytes(x);
   int blocks = a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER;
   if (n == 1 && a->coll == UL_COLL_ALLREDUCE) return ul__single_rank_allreduce(x);
+  /* We write into peers' scratch before any wait: first make sure none has aborted (a
+   * thread rank's scratch goes with its communicator). A wait for a value already reached
+   * is the backend's check of aborted and lost peers and nothing more. */
+  if (n > 1) UL_CHECK(ul__gwait(g, UL__SIG_LL(g, (me + 1) % n), 0, (me + 1) % n, x->bs));
   uint64_t k = ++g->ll_epoch;
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;
