@@ -18,6 +18,7 @@
 
 #include "mpi_internal.h"
 #include "proc_alive.h"
+#include "wait.h"
 
 #define MPI_TAG_REVOKE 0x7e51 /* as mpi_wait.c, which receives them */
 #define MPI_TAG_VIEW(k) (0x7e52 + 2 * (int)((k) & 0x3fff))
@@ -73,6 +74,58 @@ static void shrink_cancel(MPI_Request *r) {
   MPI_Request_free(r);
 }
 
+/* The shrink's waits poll requests and the local view; no abort check (a shrink follows
+ * an abort), only the timeout, counted from the start of the shrink. */
+static ulbu_waiter_t shrink_waiter(void *arg, int timeout_ms,
+                                   ul_result_t (*expired)(void *, int, const char *)) {
+  ulbu_waiter_t w = {.arg = arg, .expired = expired, .timeout_ms = timeout_ms,
+                     .sleep_ns = 200000L};
+  return w;
+}
+
+typedef struct shrink_views {
+  ul_backend_comm_t *c;
+  unsigned char *lost, *views;
+  MPI_Request *rq;
+} shrink_views_t;
+
+/* Every view received (merged into lost[]) or its sender seen to exit. */
+static ul_result_t shrink_views_poll(void *arg) {
+  shrink_views_t *x = arg;
+  int n = x->c->nranks, pending = 0;
+  for (int p = 0; p < n; p++) {
+    if (x->rq[p] == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    MPI_Test(&x->rq[p], &done, MPI_STATUS_IGNORE);
+    if (done) {
+      for (int q = 0; q < n; q++) x->lost[q] |= x->views[(size_t)p * (size_t)n + q];
+      continue;
+    }
+    shrink_local_view(x->c, x->lost);
+    if (x->lost[p]) {
+      shrink_cancel(&x->rq[p]);
+      continue;
+    }
+    pending++;
+  }
+  return pending ? UL_IN_PROGRESS : UL_OK;
+}
+
+static ul_result_t shrink_views_expired(void *arg, int timeout_ms, const char *what) {
+  (void)what;
+  shrink_views_t *x = arg;
+  char who[256] = "";
+  size_t w = 0;
+  for (int p = 0; p < x->c->nranks && w + 16 < sizeof who; p++)
+    if (x->rq[p] != MPI_REQUEST_NULL)
+      w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", p);
+  return ul_backend_set_error(x->c->ucomm, UL_ERR_TIMEOUT,
+                              "rank %d: shrink timed out after %d ms: rank(s) %s neither called "
+                              "ul_comm_shrink nor were seen to exit (ranks on other nodes can "
+                              "only be waited for)",
+                              x->c->rank, timeout_ms, who);
+}
+
 /* The coordinator: a view from every rank it believes alive (or that rank's death),
  * merged into lost[], then the decision to every member. */
 static ul_result_t shrink_coordinate(ul_backend_comm_t *c, uint32_t k, unsigned char *lost,
@@ -86,43 +139,10 @@ static ul_result_t shrink_coordinate(ul_backend_comm_t *c, uint32_t k, unsigned 
     if (p != c->rank && !lost[p])
       MPI_Irecv(views + (size_t)p * (size_t)n, n, MPI_BYTE, p, MPI_TAG_VIEW(k), c->ctl, &rq[p]);
   }
-  ul_result_t r = UL_OK;
-  unsigned spins = 0;
-  for (;;) {
-    int pending = 0;
-    for (int p = 0; p < n; p++) {
-      if (rq[p] == MPI_REQUEST_NULL) continue;
-      int done = 0;
-      MPI_Test(&rq[p], &done, MPI_STATUS_IGNORE);
-      if (done) {
-        for (int q = 0; q < n; q++) lost[q] |= views[(size_t)p * (size_t)n + q];
-        continue;
-      }
-      shrink_local_view(c, lost);
-      if (lost[p]) {
-        shrink_cancel(&rq[p]);
-        continue;
-      }
-      pending++;
-    }
-    if (!pending) break;
-    if (timeout_ms > 0 && mpi_now_ms() - t0 >= timeout_ms) {
-      char who[256] = "";
-      size_t w = 0;
-      for (int p = 0; p < n && w + 16 < sizeof who; p++)
-        if (rq[p] != MPI_REQUEST_NULL) w += (size_t)snprintf(who + w, sizeof who - w, "%s%d", w ? ", " : "", p);
-      r = ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
-                               "rank %d: shrink timed out after %d ms: rank(s) %s neither called "
-                               "ul_comm_shrink nor were seen to exit (ranks on other nodes can "
-                               "only be waited for)",
-                               c->rank, timeout_ms, who);
-      break;
-    }
-    if (++spins > 64) {
-      struct timespec ts = {0, 200000};
-      nanosleep(&ts, NULL);
-    }
-  }
+  shrink_views_t x = {c, lost, views, rq};
+  const ulbu_waiter_t w = shrink_waiter(&x, timeout_ms, shrink_views_expired);
+  const ulbu_cond_t cond = {shrink_views_poll, NULL, &x};
+  ul_result_t r = ulbu_wait_since(&w, &cond, "shrink", t0);
   for (int p = 0; p < n; p++) shrink_cancel(&rq[p]);
   free(rq);
   if (r != UL_OK) return r;
@@ -134,44 +154,55 @@ static ul_result_t shrink_coordinate(ul_backend_comm_t *c, uint32_t k, unsigned 
   return UL_OK;
 }
 
+typedef struct shrink_decision {
+  ul_backend_comm_t *c;
+  unsigned char *lost, *decision;
+  MPI_Request rq;
+  int coord;
+} shrink_decision_t;
+
+/* UL_OK: the decision is in lost[]; UL_ERR_PEER_LOST (no sentence): the coordinator
+ * died, ask the next one. */
+static ul_result_t shrink_decision_poll(void *arg) {
+  shrink_decision_t *x = arg;
+  int done = 0;
+  MPI_Test(&x->rq, &done, MPI_STATUS_IGNORE);
+  if (done) {
+    memcpy(x->lost, x->decision, (size_t)x->c->nranks);
+    return UL_OK;
+  }
+  shrink_local_view(x->c, x->lost);
+  return x->lost[x->coord] ? UL_ERR_PEER_LOST : UL_IN_PROGRESS;
+}
+
+static ul_result_t shrink_decision_expired(void *arg, int timeout_ms, const char *what) {
+  (void)what;
+  shrink_decision_t *x = arg;
+  return ul_backend_set_error(x->c->ucomm, UL_ERR_TIMEOUT,
+                              "rank %d: shrink timed out after %d ms waiting for the "
+                              "decision of rank %d",
+                              x->c->rank, timeout_ms, x->coord);
+}
+
 /* A member: its view to the coordinator, the decision back; a coordinator that dies is
  * replaced by the next alive rank. */
 static ul_result_t shrink_follow(ul_backend_comm_t *c, uint32_t k, unsigned char *lost,
                                  double t0, int timeout_ms) {
   int n = c->nranks;
-  unsigned char *view = c->ctl_buf, *decision = c->ctl_buf + n;
+  unsigned char *view = c->ctl_buf;
+  shrink_decision_t x = {c, lost, c->ctl_buf + n, MPI_REQUEST_NULL, -1};
+  const ulbu_waiter_t w = shrink_waiter(&x, timeout_ms, shrink_decision_expired);
+  const ulbu_cond_t cond = {shrink_decision_poll, NULL, &x};
   for (;;) {
-    int coord = shrink_lowest_alive(c, lost);
-    if (coord == c->rank) return shrink_coordinate(c, k, lost, t0, timeout_ms);
+    x.coord = shrink_lowest_alive(c, lost);
+    if (x.coord == c->rank) return shrink_coordinate(c, k, lost, t0, timeout_ms);
     memcpy(view, lost, (size_t)n);
-    mpi_send_and_forget(view, n, coord, MPI_TAG_VIEW(k), c->ctl);
-    MPI_Request rq;
-    MPI_Irecv(decision, n, MPI_BYTE, coord, MPI_TAG_DECIDE(k), c->ctl, &rq);
-    unsigned spins = 0;
-    for (;;) {
-      int done = 0;
-      MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-      if (done) {
-        memcpy(lost, decision, (size_t)n);
-        return UL_OK;
-      }
-      shrink_local_view(c, lost);
-      if (lost[coord]) { /* the coordinator died: ask the next one */
-        shrink_cancel(&rq);
-        break;
-      }
-      if (timeout_ms > 0 && mpi_now_ms() - t0 >= timeout_ms) {
-        shrink_cancel(&rq);
-        return ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
-                                    "rank %d: shrink timed out after %d ms waiting for the "
-                                    "decision of rank %d",
-                                    c->rank, timeout_ms, coord);
-      }
-      if (++spins > 64) {
-        struct timespec ts = {0, 200000};
-        nanosleep(&ts, NULL);
-      }
-    }
+    mpi_send_and_forget(view, n, x.coord, MPI_TAG_VIEW(k), c->ctl);
+    MPI_Irecv(x.decision, n, MPI_BYTE, x.coord, MPI_TAG_DECIDE(k), c->ctl, &x.rq);
+    ul_result_t r = ulbu_wait_since(&w, &cond, "shrink", t0);
+    if (r == UL_OK) return UL_OK;
+    shrink_cancel(&x.rq);
+    if (r != UL_ERR_PEER_LOST) return r; /* else the coordinator died: ask the next one */
   }
 }
 

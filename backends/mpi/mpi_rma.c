@@ -13,13 +13,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "wait.h"
 
 ul_result_t mpi_mem_alloc(ul_backend_comm_t *c, size_t size, void **ptr) {
   if ((unsigned long long)size > (unsigned long long)(((size_t)-1) >> 1))
@@ -83,6 +83,39 @@ static void mpi_win_free_all(ul_backend_window_t *w) {
 #define MPI_OSC_SERIALIZE 0
 #endif
 
+/* Waiting for the node's window-creation turn: the lock, the abort flag, the timeout. */
+typedef struct mpi_osc_turn {
+  ul_backend_comm_t *c;
+  int fd;
+  int unusable; /* flock failed for good: go ahead unserialized */
+  const char *path;
+} mpi_osc_turn_t;
+
+static ul_result_t mpi_osc_turn_poll(void *arg) {
+  mpi_osc_turn_t *t = arg;
+  if (flock(t->fd, LOCK_EX | LOCK_NB) == 0) return UL_OK;
+  if (errno == EWOULDBLOCK || errno == EINTR) return UL_IN_PROGRESS;
+  t->unusable = 1;
+  return UL_ERR_SYSTEM;
+}
+
+static ul_result_t mpi_osc_turn_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  mpi_osc_turn_t *t = arg;
+  if (!(t->c->abort_flag && *t->c->abort_flag) && !t->c->dead) return UL_OK;
+  return ul_backend_set_error(t->c->ucomm, UL_ERR_ABORTED,
+                              "rank %d: %s abandoned: the communicator was aborted", t->c->rank,
+                              what);
+}
+
+static ul_result_t mpi_osc_turn_expired(void *arg, int timeout_ms, const char *what) {
+  mpi_osc_turn_t *t = arg;
+  return ul_backend_set_error(t->c->ucomm, UL_ERR_TIMEOUT,
+                              "rank %d: %s waited %d ms for %s (another window creation on "
+                              "this node did not finish)",
+                              t->c->rank, what, timeout_ms, t->path);
+}
+
 /* Take the node's window-creation turn (node leaders only); returns the open lock fd, or
  * -1 with *r set on timeout/abort, or -1 with *r UL_OK when no lock file can be used
  * (creation then goes ahead unserialized, as it would without this workaround). */
@@ -101,32 +134,18 @@ static int mpi_osc_turn_take(ul_backend_comm_t *c, ul_result_t *r) {
                    c->rank, path, strerror(errno));
     return -1;
   }
-  double t0 = mpi_now_ms();
-  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) {
-      close(fd);
-      return -1;
-    }
-    if ((c->abort_flag && *c->abort_flag) || c->dead) {
-      close(fd);
-      *r = ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
-                                "rank %d: window registration abandoned: the communicator was "
-                                "aborted",
-                                c->rank);
-      return -1;
-    }
-    if (c->timeout_ms > 0 && mpi_now_ms() - t0 >= c->timeout_ms) {
-      close(fd);
-      *r = ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
-                                "rank %d: window registration waited %d ms for %s (another "
-                                "window creation on this node did not finish)",
-                                c->rank, c->timeout_ms, path);
-      return -1;
-    }
-    struct timespec ts = {0, 200000};
-    nanosleep(&ts, NULL);
-  }
-  return fd;
+  mpi_osc_turn_t t = {c, fd, 0, path};
+  const ulbu_waiter_t w = {.arg = &t,
+                           .check = mpi_osc_turn_check,
+                           .expired = mpi_osc_turn_expired,
+                           .timeout_ms = c->timeout_ms,
+                           .sleep_ns = 200000L};
+  const ulbu_cond_t cond = {mpi_osc_turn_poll, NULL, &t};
+  ul_result_t rc = ulbu_wait(&w, &cond, "window registration", NULL);
+  if (rc == UL_OK) return fd;
+  close(fd);
+  if (!t.unusable) *r = rc;
+  return -1;
 }
 
 static void mpi_osc_turn_give(int fd) {
@@ -284,44 +303,59 @@ ul_result_t mpi_rma_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, in
   return mpi_rma_load_signal(c, w, index, value);
 }
 
-static double mpi_rma_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+/* wait_signal: the local counter against the value, the abort flag, the timeout. */
+typedef struct mpi_sig_wait {
+  ul_backend_comm_t *c;
+  ul_backend_window_t *w;
+  int index;
+  uint64_t value, cur;
+} mpi_sig_wait_t;
+
+static ul_result_t mpi_sig_poll(void *arg) {
+  mpi_sig_wait_t *x = arg;
+  ul_result_t r = mpi_rma_load_signal(x->c, x->w, x->index, &x->cur);
+  if (r != UL_OK) return r;
+  return x->cur >= x->value ? UL_OK : UL_IN_PROGRESS;
+}
+
+static ul_result_t mpi_sig_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  (void)what;
+  mpi_sig_wait_t *x = arg;
+  if (!x->c->dead && !(x->c->abort_flag && *x->c->abort_flag)) return UL_OK;
+  return ul_backend_set_error(x->c->ucomm, UL_ERR_ABORTED,
+                              "rank %d: wait for signal %d abandoned: the communicator was "
+                              "aborted",
+                              x->c->rank, x->index);
+}
+
+static ul_result_t mpi_sig_expired(void *arg, int timeout_ms, const char *what) {
+  (void)what;
+  mpi_sig_wait_t *x = arg;
+  return ul_backend_set_error(x->c->ucomm, UL_ERR_TIMEOUT,
+                              "rank %d: wait_signal timed out after %d ms on window %p: "
+                              "signal %d is %llu, waiting for %llu",
+                              x->c->rank, timeout_ms, (void *)x->w, x->index,
+                              (unsigned long long)x->cur, (unsigned long long)x->value);
 }
 
 ul_result_t mpi_rma_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                                 uint64_t value, ul_backend_stream_t *s) {
   (void)s;
-  double t0 = mpi_rma_now_ms();
-  for (unsigned spins = 1;; spins++) {
-    uint64_t cur = 0;
-    ul_result_t r = mpi_rma_load_signal(c, w, index, &cur);
-    if (r != UL_OK) return r;
-    if (cur >= value) {
-      /* Make the data that peers put before signalling visible to our loads. */
-      int rc = MPI_Win_sync(w->data);
-      return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_sync");
-    }
-    if (c->dead || (c->abort_flag && *c->abort_flag))
-      return ul_backend_set_error(c->ucomm, UL_ERR_ABORTED,
-                                  "rank %d: wait for signal %d abandoned: the communicator was "
-                                  "aborted",
-                                  c->rank, index);
-    if ((spins & 31u) == 0) {
-      double el = mpi_rma_now_ms() - t0;
-      if (c->timeout_ms > 0 && el >= c->timeout_ms)
-        return ul_backend_set_error(c->ucomm, UL_ERR_TIMEOUT,
-                                    "rank %d: wait_signal timed out after %d ms on window %p: "
-                                    "signal %d is %llu, waiting for %llu",
-                                    c->rank, c->timeout_ms, (void *)w, index,
-                                    (unsigned long long)cur, (unsigned long long)value);
-      if (el > 1000.0) {
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
-      } else {
-        sched_yield();
-      }
-    }
-  }
+  mpi_sig_wait_t x = {c, w, index, value, 0};
+  /* Short spins between yields for a second (ranks are often oversubscribed), then
+   * sleeps, so idle ranks leave the cores to the others. */
+  const ulbu_waiter_t wt = {.arg = &x,
+                            .check = mpi_sig_check,
+                            .expired = mpi_sig_expired,
+                            .timeout_ms = c->timeout_ms,
+                            .spin = 32,
+                            .yield_ms = 1000.0,
+                            .sleep_ns = 50000L};
+  const ulbu_cond_t cond = {mpi_sig_poll, NULL, &x};
+  ul_result_t r = ulbu_wait(&wt, &cond, "wait_signal", NULL);
+  if (r != UL_OK) return r;
+  /* Make the data that peers put before signalling visible to our loads. */
+  int rc = MPI_Win_sync(w->data);
+  return rc == MPI_SUCCESS ? UL_OK : mpi_error_set(c, rc, "MPI_Win_sync");
 }

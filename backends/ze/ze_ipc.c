@@ -8,14 +8,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
-static double ulze_ipc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "wait.h"
 
 static socklen_t ulze_ipc_addr(const char *name, struct sockaddr_un *a) {
   memset(a, 0, sizeof(*a));
@@ -26,27 +21,78 @@ static socklen_t ulze_ipc_addr(const char *name, struct sockaddr_un *a) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-/* Poll slice: 50 ms, so the abort flag and the deadline are seen promptly. */
-static ul_result_t ulze_ipc_wait(int fd, short ev, double t0, int timeout_ms,
-                                 const volatile int *abort_flag, const char *what, char *err,
-                                 size_t errlen) {
-  for (;;) {
-    if (abort_flag && *abort_flag) {
-      snprintf(err, errlen, "%s: communicator was aborted", what);
-      return UL_ERR_ABORTED;
-    }
-    if (timeout_ms > 0 && ulze_ipc_now_ms() - t0 > timeout_ms) {
-      snprintf(err, errlen, "%s: no peer within %d ms", what, timeout_ms);
-      return UL_ERR_TIMEOUT;
-    }
-    struct pollfd p = {fd, ev, 0};
-    int r = poll(&p, 1, 50);
-    if (r > 0) return UL_OK;
-    if (r < 0 && errno != EINTR) {
-      snprintf(err, errlen, "%s: poll: %s", what, strerror(errno));
-      return UL_ERR_SYSTEM;
-    }
+/* The socket waits: their sentence goes to err (no communicator here), the abort flag
+ * and the deadline are checked between polls. */
+typedef struct ulze_ipc_waiting {
+  int fd;
+  short ev;
+  const volatile int *abort_flag;
+  const char *name; /* the peer's socket, for connect's sentences */
+  const char *what;
+  struct sockaddr_un a;
+  socklen_t alen;
+  char *err;
+  size_t errlen;
+} ulze_ipc_waiting_t;
+
+static ul_result_t ulze_ipc_check(void *arg, double elapsed_ms, const char *what) {
+  (void)elapsed_ms;
+  ulze_ipc_waiting_t *x = arg;
+  if (!x->abort_flag || !*x->abort_flag) return UL_OK;
+  if (x->name) snprintf(x->err, x->errlen, "connect to @%s: aborted", x->name);
+  else snprintf(x->err, x->errlen, "%s: communicator was aborted", what);
+  return UL_ERR_ABORTED;
+}
+
+static ul_result_t ulze_ipc_expired(void *arg, int timeout_ms, const char *what) {
+  ulze_ipc_waiting_t *x = arg;
+  if (x->name) snprintf(x->err, x->errlen, "connect to @%s: timed out", x->name);
+  else snprintf(x->err, x->errlen, "%s: no peer within %d ms", what, timeout_ms);
+  return UL_ERR_TIMEOUT;
+}
+
+/* Readiness of fd without blocking; the block callback below does the sleeping. */
+static ul_result_t ulze_ipc_ready(void *arg) {
+  ulze_ipc_waiting_t *x = arg;
+  struct pollfd p = {x->fd, x->ev, 0};
+  int r = poll(&p, 1, 0);
+  if (r > 0) return UL_OK;
+  if (r < 0 && errno != EINTR) {
+    snprintf(x->err, x->errlen, "%s: poll: %s", x->what, strerror(errno));
+    return UL_ERR_SYSTEM;
   }
+  return UL_IN_PROGRESS;
+}
+
+/* Sleep in poll itself, so readiness wakes us at once. */
+static void ulze_ipc_block(void *arg, long ns) {
+  ulze_ipc_waiting_t *x = arg;
+  struct pollfd p = {x->fd, x->ev, 0};
+  (void)poll(&p, 1, (int)((ns + 999999L) / 1000000L));
+}
+
+/* The listener exists before the board barrier: retry only transient refusals. */
+static ul_result_t ulze_ipc_connected(void *arg) {
+  ulze_ipc_waiting_t *x = arg;
+  if (connect(x->fd, (struct sockaddr *)&x->a, x->alen) == 0) return UL_OK;
+  if (errno == ECONNREFUSED || errno == EAGAIN || errno == EINTR) return UL_IN_PROGRESS;
+  snprintf(x->err, x->errlen, "connect to @%s: %s", x->name, strerror(errno));
+  return UL_ERR_SYSTEM;
+}
+
+/* Wait slices of 50 ms in poll (connect retries every millisecond), so the abort flag and
+ * the deadline are seen promptly. */
+static ul_result_t ulze_ipc_wait(ulze_ipc_waiting_t *x, int connecting, double t0, int timeout_ms,
+                                 const char *what) {
+  const ulbu_waiter_t w = {.arg = x,
+                           .check = ulze_ipc_check,
+                           .expired = ulze_ipc_expired,
+                           .timeout_ms = timeout_ms,
+                           .sleep_ns = connecting ? 1000000L : 50000000L};
+  const ulbu_cond_t cond = connecting ? (ulbu_cond_t){ulze_ipc_connected, NULL, x}
+                                      : (ulbu_cond_t){ulze_ipc_ready, ulze_ipc_block, x};
+  x->what = what;
+  return ulbu_wait_since(&w, &cond, what, t0);
 }
 
 int ulze_ipc_listen(const char *name, char *err, size_t errlen) {
@@ -68,12 +114,13 @@ int ulze_ipc_listen(const char *name, char *err, size_t errlen) {
 ul_result_t ulze_ipc_serve(int listen_fd, int fd_to_send, const int32_t *pids, int npids,
                            int nconn, int timeout_ms, const volatile int *abort_flag, char *err,
                            size_t errlen) {
-  double t0 = ulze_ipc_now_ms();
+  double t0 = ulbu_now_ms();
   ul_result_t rc = UL_OK;
   int served = 0;
+  ulze_ipc_waiting_t x = {.fd = listen_fd, .ev = POLLIN, .abort_flag = abort_flag, .err = err,
+                          .errlen = errlen};
   while (served < nconn) {
-    rc = ulze_ipc_wait(listen_fd, POLLIN, t0, timeout_ms, abort_flag, "IPC handle server", err,
-                       errlen);
+    rc = ulze_ipc_wait(&x, 0, t0, timeout_ms, "IPC handle server");
     if (rc != UL_OK) break;
     int s = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (s < 0) {
@@ -124,32 +171,19 @@ ul_result_t ulze_ipc_serve(int listen_fd, int fd_to_send, const int32_t *pids, i
 ul_result_t ulze_ipc_fetch(const char *name, int timeout_ms, const volatile int *abort_flag,
                            int *fd_out, char *err, size_t errlen) {
   *fd_out = -1;
-  double t0 = ulze_ipc_now_ms();
+  double t0 = ulbu_now_ms();
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) {
     snprintf(err, errlen, "socket(AF_UNIX): %s", strerror(errno));
     return UL_ERR_SYSTEM;
   }
-  struct sockaddr_un a;
-  socklen_t len = ulze_ipc_addr(name, &a);
-  while (connect(s, (struct sockaddr *)&a, len) != 0) {
-    /* The listener exists before the board barrier; retry only transient refusals. */
-    if (errno != ECONNREFUSED && errno != EAGAIN && errno != EINTR) {
-      snprintf(err, errlen, "connect to @%s: %s", name, strerror(errno));
-      close(s);
-      return UL_ERR_SYSTEM;
-    }
-    if ((abort_flag && *abort_flag) || (timeout_ms > 0 && ulze_ipc_now_ms() - t0 > timeout_ms)) {
-      snprintf(err, errlen, "connect to @%s: %s", name,
-               abort_flag && *abort_flag ? "aborted" : "timed out");
-      close(s);
-      return abort_flag && *abort_flag ? UL_ERR_ABORTED : UL_ERR_TIMEOUT;
-    }
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  ul_result_t rc = ulze_ipc_wait(s, POLLIN, t0, timeout_ms, abort_flag, "IPC handle fetch", err,
-                                 errlen);
+  ulze_ipc_waiting_t x = {.fd = s, .ev = POLLIN, .abort_flag = abort_flag, .name = name,
+                          .err = err, .errlen = errlen};
+  x.alen = ulze_ipc_addr(name, &x.a);
+  ul_result_t rc = ulze_ipc_wait(&x, 1, t0, timeout_ms, "connect");
+  x.name = NULL; /* connected: the fetch's own sentences from here */
+  if (rc == UL_OK)
+    rc = ulze_ipc_wait(&x, 0, t0, timeout_ms, "IPC handle fetch");
   if (rc != UL_OK) {
     close(s);
     return rc;

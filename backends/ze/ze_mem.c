@@ -78,6 +78,7 @@ void ze_window_free(ul_backend_comm_t *c, ul_backend_window_t *w, int device_idl
 }
 
 typedef struct ze_serve_job {
+  ul_backend_comm_t *c; /* whose abort flag stops the serving */
   int listen_fd, fd;
   int32_t *pids;
   int npids, nconn, timeout_ms;
@@ -93,6 +94,13 @@ static void *ze_serve_main(void *arg) {
                          &j->stop, j->err, sizeof(j->err));
   atomic_store(&j->done, 1);
   return NULL;
+}
+
+/* Has the IPC server thread finished? It sees our abort flag through stop. */
+static ul_result_t ze_serve_poll(void *arg) {
+  ze_serve_job_t *j = arg;
+  if (ze_aborted(j->c)) j->stop = 1;
+  return atomic_load(&j->done) ? UL_OK : UL_IN_PROGRESS;
 }
 
 /* Export [base, base+size) for ranks of other processes: IPC handle, descriptor, and a
@@ -167,6 +175,7 @@ ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t size,
   ul_backend_window_t *w = calloc(1, sizeof(*w));
   ze_serve_job_t job;
   memset(&job, 0, sizeof(job));
+  job.c = c;
   job.listen_fd = -1;
   pthread_t server;
   int serving = 0;
@@ -225,11 +234,10 @@ ul_result_t ze_window_register(ul_backend_comm_t *c, void *base, size_t size,
   }
   if (serving) {
     if (rc != UL_OK) job.stop = 1;
-    while (!atomic_load(&job.done)) { /* the server sees our abort flag through stop */
-      if (ze_aborted(c)) job.stop = 1;
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
-    }
+    /* No deadline here: the server keeps the communicator's timeout itself. */
+    const ulbu_waiter_t wt = {.sleep_ns = 1000000L};
+    const ulbu_cond_t cond = {ze_serve_poll, NULL, &job};
+    (void)ulbu_wait(&wt, &cond, "IPC handle server", NULL);
     pthread_join(server, NULL);
     if (rc == UL_OK && job.rc != UL_OK)
       rc = ul_backend_set_error(c->core, job.rc, "ze backend: %s", job.err);
