@@ -1,6 +1,7 @@
 /* Pure helpers of the NVIDIA backends (see gpu_common.h). Only CUDA *types* are
  * used (driver_types.h enums), never a CUDA function, so this links without libcudart. */
 #include "gpu_common.h"
+#include "gpu_util.h"
 
 #include <driver_types.h>
 #include <stdio.h>
@@ -81,28 +82,8 @@ int ulgpu_nvlink_count(const ulgpu_nvlink_state_t *links, int nlinks, int sm_maj
 }
 
 void ulgpu_describe_pair(const ulgpu_pair_facts_t *f, ul_link_info_t *out) {
-  int peer = out->peer;
-  memset(out, 0, sizeof(*out));
-  out->peer = peer;
+  if (ulbu_gpu_describe_common(f->self, f->same_host, f->peer_visible, "GPU", out)) return;
   out->source = UL_SOURCE_DRIVER;
-  if (f->self) {
-    out->kind = UL_LINK_SELF;
-    snprintf(out->description, sizeof(out->description), "self");
-    return;
-  }
-  if (!f->same_host) {
-    out->kind = UL_LINK_NETWORK;
-    out->source = UL_SOURCE_NONE;
-    snprintf(out->description, sizeof(out->description), "network");
-    return;
-  }
-  if (!f->peer_visible) {
-    out->kind = UL_LINK_UNKNOWN;
-    out->source = UL_SOURCE_NONE;
-    snprintf(out->description, sizeof(out->description),
-             "same host, peer GPU not visible to this process");
-    return;
-  }
   int gen = 0;
   int n = ulgpu_nvlink_count(f->links, f->nlinks, f->sm_major, f->sm_minor, &gen);
   if (n > 0) {

@@ -58,15 +58,9 @@ ul_result_t ulnccl_reduce_scatter(ul_backend_comm_t *c, const void *sb, void *rb
                      ncclReduceScatter(sb, rb, count, t, o, c->nc, ulnccl_stream_of(c, s)), s);
 }
 
-/* NCCL < 2.28.3: alltoall/gather/scatter as ncclSend/ncclRecv in one group (what
- * nccl-tests does for those versions). */
-static ul_result_t nccl_p2p_fallback(ul_backend_comm_t *c, ul_coll_t coll, const char *call,
-                                     const void *sb, void *rb, size_t count, ul_dtype_t dtype,
-                                     ncclDataType_t t, int root, ul_backend_stream_t *s) {
-  ulnccl_p2p_t *plan = malloc(2 * (size_t)c->nranks * sizeof(*plan));
-  if (!plan) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
-  int n = ulnccl_p2p_plan(coll, c->rank, c->nranks, root, count * ul_dtype_size(dtype), sb, rb,
-                          plan);
+/* Run a plan of ncclSend/ncclRecv as one group; frees plan. */
+static ul_result_t nccl_group_run(ul_backend_comm_t *c, const char *call, ulnccl_vp2p_t *plan,
+                                  int n, ncclDataType_t t, ul_backend_stream_t *s) {
   cudaStream_t st = ulnccl_stream_of(c, s);
   ncclResult_t r = ncclGroupStart();
   if (r != ncclSuccess) {
@@ -75,12 +69,44 @@ static ul_result_t nccl_p2p_fallback(ul_backend_comm_t *c, ul_coll_t coll, const
   }
   ncclResult_t first = ncclSuccess;
   for (int i = 0; i < n && (first == ncclSuccess || first == ncclInProgress); i++)
-    first = plan[i].is_send ? ncclSend(plan[i].buf, count, t, plan[i].peer, c->nc, st)
-                            : ncclRecv(plan[i].buf, count, t, plan[i].peer, c->nc, st);
+    first = plan[i].is_send ? ncclSend(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st)
+                            : ncclRecv(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st);
   free(plan);
   r = ncclGroupEnd(); /* a started group is always ended */
   if (first != ncclSuccess && first != ncclInProgress) return ulnccl_fail(c, call, first);
   return ulnccl_finish(c, call, r, s);
+}
+
+/* NCCL < 2.28.3: alltoall/gather/scatter as ncclSend/ncclRecv in one group (what
+ * nccl-tests does for those versions). */
+static ul_result_t nccl_p2p_fallback(ul_backend_comm_t *c, ul_coll_t coll, const char *call,
+                                     const void *sb, void *rb, size_t count, ul_dtype_t dtype,
+                                     ncclDataType_t t, int root, ul_backend_stream_t *s) {
+  size_t room = 2 * (size_t)c->nranks;
+  ulnccl_p2p_t *fixed = malloc(room * sizeof(*fixed));
+  ulnccl_vp2p_t *plan = malloc(room * sizeof(*plan));
+  if (!fixed || !plan) {
+    free(fixed);
+    free(plan);
+    return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
+  }
+  int n = ulnccl_p2p_plan(coll, c->rank, c->nranks, root, count * ul_dtype_size(dtype), sb, rb,
+                          fixed);
+  for (int i = 0; i < n; i++)
+    plan[i] = (ulnccl_vp2p_t){fixed[i].is_send, fixed[i].peer, fixed[i].buf, count};
+  free(fixed);
+  return nccl_group_run(c, call, plan, n, t, s);
+}
+
+/* gather and scatter: NCCL's own when this NCCL has it, else the grouped fallback. */
+static ul_result_t nccl_rooted(ul_backend_comm_t *c, ul_coll_t coll, const char *what,
+                               const char *call, const char *fallback_call, ulnccl_rooted_fn fn,
+                               const void *sb, void *rb, size_t count, ul_dtype_t dtype, int root,
+                               ul_backend_stream_t *s) {
+  NCCL_COLL_BEGIN(c, what, dtype, 0, UL_SUM);
+  ulnccl_coll_buffers(coll, c->rank, root, &sb, &rb);
+  if (!fn) return nccl_p2p_fallback(c, coll, fallback_call, sb, rb, count, dtype, t, root, s);
+  return ulnccl_finish(c, call, fn(sb, rb, count, t, root, c->nc, ulnccl_stream_of(c, s)), s);
 }
 
 ul_result_t ulnccl_alltoall(ul_backend_comm_t *c, const void *sb, void *rb, size_t count,
@@ -105,20 +131,7 @@ static ul_result_t nccl_vgroup(ul_backend_comm_t *c, const char *call, const voi
   if (!plan) return ul_backend_set_error(c->core, UL_ERR_NO_MEMORY, "nccl backend: out of memory");
   int n = ulnccl_vplan(c->rank, c->nranks, ul_dtype_size(dtype), sb, scounts, sdispls, rb,
                        rcounts, rdispls, plan);
-  cudaStream_t st = ulnccl_stream_of(c, s);
-  ncclResult_t r = ncclGroupStart();
-  if (r != ncclSuccess) {
-    free(plan);
-    return ulnccl_fail(c, "ncclGroupStart", r);
-  }
-  ncclResult_t first = ncclSuccess;
-  for (int i = 0; i < n && (first == ncclSuccess || first == ncclInProgress); i++)
-    first = plan[i].is_send ? ncclSend(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st)
-                            : ncclRecv(plan[i].buf, plan[i].count, t, plan[i].peer, c->nc, st);
-  free(plan);
-  r = ncclGroupEnd(); /* a started group is always ended */
-  if (first != ncclSuccess && first != ncclInProgress) return ulnccl_fail(c, call, first);
-  return ulnccl_finish(c, call, r, s);
+  return nccl_group_run(c, call, plan, n, t, s);
 }
 
 ul_result_t ulnccl_alltoallv(ul_backend_comm_t *c, const void *sb, const size_t *scounts,
@@ -138,24 +151,15 @@ ul_result_t ulnccl_allgatherv(ul_backend_comm_t *c, const void *sb, size_t sendc
 
 ul_result_t ulnccl_gather(ul_backend_comm_t *c, const void *sb, void *rb, size_t count,
                           ul_dtype_t dtype, int root, ul_backend_stream_t *s) {
-  NCCL_COLL_BEGIN(c, "ul_gather", dtype, 0, UL_SUM);
-  ulnccl_coll_buffers(UL_COLL_GATHER, c->rank, root, &sb, &rb);
-  if (!ulnccl_opt.gather)
-    return nccl_p2p_fallback(c, UL_COLL_GATHER, "ncclSend/ncclRecv (gather)", sb, rb, count,
-                             dtype, t, root, s);
-  return ulnccl_finish(c, "ncclGather",
-                     ulnccl_opt.gather(sb, rb, count, t, root, c->nc, ulnccl_stream_of(c, s)), s);
+  return nccl_rooted(c, UL_COLL_GATHER, "ul_gather", "ncclGather", "ncclSend/ncclRecv (gather)",
+                     ulnccl_opt.gather, sb, rb, count, dtype, root, s);
 }
 
 ul_result_t ulnccl_scatter(ul_backend_comm_t *c, const void *sb, void *rb, size_t count,
                            ul_dtype_t dtype, int root, ul_backend_stream_t *s) {
-  NCCL_COLL_BEGIN(c, "ul_scatter", dtype, 0, UL_SUM);
-  ulnccl_coll_buffers(UL_COLL_SCATTER, c->rank, root, &sb, &rb);
-  if (!ulnccl_opt.scatter)
-    return nccl_p2p_fallback(c, UL_COLL_SCATTER, "ncclSend/ncclRecv (scatter)", sb, rb, count,
-                             dtype, t, root, s);
-  return ulnccl_finish(c, "ncclScatter",
-                     ulnccl_opt.scatter(sb, rb, count, t, root, c->nc, ulnccl_stream_of(c, s)), s);
+  return nccl_rooted(c, UL_COLL_SCATTER, "ul_scatter", "ncclScatter",
+                     "ncclSend/ncclRecv (scatter)", ulnccl_opt.scatter, sb, rb, count, dtype,
+                     root, s);
 }
 
 ul_result_t ulnccl_barrier(ul_backend_comm_t *c, ul_backend_stream_t *s) {

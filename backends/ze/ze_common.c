@@ -1,5 +1,6 @@
 /* Pure helpers of the ze backend (see ze_common.h). No Level Zero calls. */
 #include "ze_common.h"
+#include "gpu_util.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -140,25 +141,7 @@ static int ulze_contains_nocase(const char *hay, const char *needle) {
 }
 
 void ulze_describe_pair(const ulze_pair_facts_t *f, ul_link_info_t *out) {
-  int peer = out->peer;
-  memset(out, 0, sizeof(*out));
-  out->peer = peer;
-  if (f->self) {
-    out->kind = UL_LINK_SELF;
-    snprintf(out->description, sizeof(out->description), "self");
-    return;
-  }
-  if (!f->same_host) {
-    out->kind = UL_LINK_NETWORK;
-    snprintf(out->description, sizeof(out->description), "network (another host)");
-    return;
-  }
-  if (!f->peer_visible) {
-    out->kind = UL_LINK_UNKNOWN;
-    snprintf(out->description, sizeof(out->description),
-             "unknown (peer device not visible to this process)");
-    return;
-  }
+  if (ulbu_gpu_describe_common(f->self, f->same_host, f->peer_visible, "device", out)) return;
   if (f->same_device) {
     out->kind = UL_LINK_SELF;
     snprintf(out->description, sizeof(out->description), "same device");

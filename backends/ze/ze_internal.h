@@ -238,6 +238,9 @@ ul_result_t ze_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype
                          int nranks, ul_backend_stream_t *s);
 ul_result_t ze_copy_local(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
                           ul_backend_stream_t *s);
+/* One copy on s (s NULL: the internal list, completed before returning). */
+ul_result_t ze_copy_on(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
+                       ul_backend_stream_t *s, const char *what);
 
 /* ------------------------------------------------------- ze_driver.c */
 

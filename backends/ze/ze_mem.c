@@ -316,11 +316,7 @@ ul_result_t ze_mem_kind(ul_backend_comm_t *c, const void *ptr, size_t bytes,
 ul_result_t ze_mem_copy(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
                                ul_backend_stream_t *s) {
   if (bytes == 0 || dst == src) return UL_OK;
-  struct ul_backend_stream *st = ze_lock(c, s);
-  ul_result_t rc = ze_copy(c, st, dst, src, bytes, "zeCommandListAppendMemoryCopy (ul_mem_copy)");
-  if (rc == UL_OK) rc = ze_done(c, s);
-  ze_unlock(st);
-  return rc;
+  return ze_copy_on(c, dst, src, bytes, s, "zeCommandListAppendMemoryCopy (ul_mem_copy)");
 }
 
 ul_result_t ze_mem_set(ul_backend_comm_t *c, void *dst, int value, size_t bytes,

@@ -13,12 +13,7 @@ ul_result_t ze_put(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_
   if (!pw->dev)
     return ul_backend_set_error(c->core, UL_ERR_INVALID_USAGE,
                                 "ze backend: rank %d's window is empty", peer);
-  struct ul_backend_stream *st = ze_lock(c, s);
-  ul_result_t rc = ze_copy(c, st, (char *)pw->dev + off, src, bytes,
-                           "zeCommandListAppendMemoryCopy (put)");
-  if (rc == UL_OK) rc = ze_done(c, s);
-  ze_unlock(st);
-  return rc;
+  return ze_copy_on(c, (char *)pw->dev + off, src, bytes, s, "zeCommandListAppendMemoryCopy (put)");
 }
 
 ul_result_t ze_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_t off,
@@ -28,12 +23,7 @@ ul_result_t ze_get(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, size_
   if (!pw->dev)
     return ul_backend_set_error(c->core, UL_ERR_INVALID_USAGE,
                                 "ze backend: rank %d's window is empty", peer);
-  struct ul_backend_stream *st = ze_lock(c, s);
-  ul_result_t rc = ze_copy(c, st, dst, (char *)pw->dev + off, bytes,
-                           "zeCommandListAppendMemoryCopy (get)");
-  if (rc == UL_OK) rc = ze_done(c, s);
-  ze_unlock(st);
-  return rc;
+  return ze_copy_on(c, dst, (char *)pw->dev + off, bytes, s, "zeCommandListAppendMemoryCopy (get)");
 }
 
 ul_result_t ze_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, int index,
@@ -100,27 +90,41 @@ static ul_result_t ze_stage_ready(ul_backend_comm_t *c) {
   return UL_OK;
 }
 
-ul_result_t ze_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, const void *b,
-                                   size_t count, ul_dtype_t dtype, ul_op_t op,
-                                   ul_backend_stream_t *s) {
+/* Local math through host staging (v1), chunk by chunk: a's chunk (and b's) into the
+ * staging buffers, the math on the host, the result back to dst. b NULL: the average's
+ * scaling of a in place, else the reduction of a and b. */
+static ul_result_t ze_staged(ul_backend_comm_t *c, ul_backend_stream_t *s, const char *what,
+                             void *dst, const void *a, const void *b, size_t count,
+                             ul_dtype_t dtype, ul_op_t op, int nranks) {
   if (count == 0) return UL_OK;
   struct ul_backend_stream *st = ze_lock(c, s);
   pthread_mutex_lock(&c->stage_lock);
   ul_result_t rc = ze_stage_ready(c);
   size_t per = 0, nchunks = 0, es = ul_dtype_size(dtype);
   if (rc == UL_OK && ulze_stage_plan(count, dtype, c->stage_bytes, &per, &nchunks) != UL_OK)
-    rc = ul_backend_set_error(c->core, UL_ERR_INVALID_ARG, "ze backend: reduce of %zu x dtype %d",
-                              count, (int)dtype);
+    rc = ul_backend_set_error(c->core, UL_ERR_INVALID_ARG, "ze backend: %s of %zu x dtype %d",
+                              what, count, (int)dtype);
   for (size_t k = 0; rc == UL_OK && k < nchunks; k++) {
     size_t off = k * per * es, n = count - k * per < per ? count - k * per : per;
-    if ((rc = ze_copy(c, st, c->stage_a, (const char *)a + off, n * es, "zeCommandListAppendMemoryCopy (stage a)")) != UL_OK) break;
-    /* Independent of the copy of a (both only wait for what came before it): no
-     * barrier between them, the copy engine may overlap them. */
-    st->dirty = 0;
-    if ((rc = ze_copy(c, st, c->stage_b, (const char *)b + off, n * es, "zeCommandListAppendMemoryCopy (stage b)")) != UL_OK) break;
+    if ((rc = ze_copy(c, st, c->stage_a, (const char *)a + off, n * es,
+                      b ? "zeCommandListAppendMemoryCopy (stage a)"
+                        : "zeCommandListAppendMemoryCopy (stage)")) != UL_OK)
+      break;
+    if (b) {
+      /* Independent of the copy of a (both only wait for what came before it): no
+       * barrier between them, the copy engine may overlap them. */
+      st->dirty = 0;
+      if ((rc = ze_copy(c, st, c->stage_b, (const char *)b + off, n * es,
+                        "zeCommandListAppendMemoryCopy (stage b)")) != UL_OK)
+        break;
+    }
     if ((rc = ze_list_sync(c, st, c->timeout_ms)) != UL_OK) break;
-    if ((rc = ul_reduce_local(c->stage_a, c->stage_a, c->stage_b, n, dtype, op)) != UL_OK) break;
-    if ((rc = ze_copy(c, st, (char *)dst + off, c->stage_a, n * es, "zeCommandListAppendMemoryCopy (unstage)")) != UL_OK) break;
+    rc = b ? ul_reduce_local(c->stage_a, c->stage_a, c->stage_b, n, dtype, op)
+           : ul_scale_avg_local(c->stage_a, n, dtype, nranks);
+    if (rc != UL_OK) break;
+    if ((rc = ze_copy(c, st, (char *)dst + off, c->stage_a, n * es,
+                      "zeCommandListAppendMemoryCopy (unstage)")) != UL_OK)
+      break;
     rc = ze_list_sync(c, st, c->timeout_ms); /* the staging buffer is reused next chunk */
   }
   pthread_mutex_unlock(&c->stage_lock);
@@ -128,35 +132,28 @@ ul_result_t ze_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, cons
   return rc;
 }
 
+ul_result_t ze_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, const void *b,
+                            size_t count, ul_dtype_t dtype, ul_op_t op, ul_backend_stream_t *s) {
+  return ze_staged(c, s, "reduce", dst, a, b, count, dtype, op, 0);
+}
+
 ul_result_t ze_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
-                                int nranks, ul_backend_stream_t *s) {
-  if (count == 0) return UL_OK;
+                         int nranks, ul_backend_stream_t *s) {
+  return ze_staged(c, s, "scale", buf, buf, NULL, count, dtype, UL_SUM, nranks);
+}
+
+/* One copy on s (s NULL: the internal list, completed before returning). */
+ul_result_t ze_copy_on(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
+                       ul_backend_stream_t *s, const char *what) {
   struct ul_backend_stream *st = ze_lock(c, s);
-  pthread_mutex_lock(&c->stage_lock);
-  ul_result_t rc = ze_stage_ready(c);
-  size_t per = 0, nchunks = 0, es = ul_dtype_size(dtype);
-  if (rc == UL_OK && ulze_stage_plan(count, dtype, c->stage_bytes, &per, &nchunks) != UL_OK)
-    rc = ul_backend_set_error(c->core, UL_ERR_INVALID_ARG, "ze backend: scale of %zu x dtype %d",
-                              count, (int)dtype);
-  for (size_t k = 0; rc == UL_OK && k < nchunks; k++) {
-    size_t off = k * per * es, n = count - k * per < per ? count - k * per : per;
-    if ((rc = ze_copy(c, st, c->stage_a, (char *)buf + off, n * es, "zeCommandListAppendMemoryCopy (stage)")) != UL_OK) break;
-    if ((rc = ze_list_sync(c, st, c->timeout_ms)) != UL_OK) break;
-    if ((rc = ul_scale_avg_local(c->stage_a, n, dtype, nranks)) != UL_OK) break;
-    if ((rc = ze_copy(c, st, (char *)buf + off, c->stage_a, n * es, "zeCommandListAppendMemoryCopy (unstage)")) != UL_OK) break;
-    rc = ze_list_sync(c, st, c->timeout_ms);
-  }
-  pthread_mutex_unlock(&c->stage_lock);
+  ul_result_t rc = ze_copy(c, st, dst, src, bytes, what);
+  if (rc == UL_OK) rc = ze_done(c, s);
   ze_unlock(st);
   return rc;
 }
 
 ul_result_t ze_copy_local(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,
-                                 ul_backend_stream_t *s) {
+                          ul_backend_stream_t *s) {
   if (bytes == 0 || dst == src) return UL_OK;
-  struct ul_backend_stream *st = ze_lock(c, s);
-  ul_result_t rc = ze_copy(c, st, dst, src, bytes, "zeCommandListAppendMemoryCopy (copy)");
-  if (rc == UL_OK) rc = ze_done(c, s);
-  ze_unlock(st);
-  return rc;
+  return ze_copy_on(c, dst, src, bytes, s, "zeCommandListAppendMemoryCopy (copy)");
 }
