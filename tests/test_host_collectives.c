@@ -379,8 +379,16 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
 }
 
 /* UNILINK_TUNING_FILE (tests below): broadcast staged up to 1 MiB, allgather never. */
+static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf);
 static int tuned_selection(ul_comm_t c, int me, int n) {
-  static int32_t buf[16384 * 4];
+  int32_t *buf = malloc(sizeof(int32_t) * 16384 * 4); /* per rank: thread ranks share statics */
+  CHECK(buf != NULL, "out of memory");
+  int bad = tuned_selection_on(c, me, n, buf);
+  free(buf);
+  return bad;
+}
+
+static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf) {
   ul_call_info_t info = {.struct_size = sizeof info};
   for (int i = 0; i < 16384; i++) buf[i] = me == 0 ? i : -1;
   CHECK(ul_broadcast(buf, buf, 16384, UL_INT32, 0, c, NULL) == UL_OK, "bcast");
