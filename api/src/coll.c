@@ -14,9 +14,13 @@
 
 /* ------------------------------------------------------------ turn order */
 
+/* Calls on one communicator run in issue order (ticket). The usual case is that the
+ * caller's turn has come: one atomic load, no lock. Only a call that must wait takes the
+ * mutex and says so (waiters), and only then does the finishing call lock to wake it. */
 typedef struct ul__turn {
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  int waiters; /* threads in wait_turn's slow path (atomic) */
 } ul__turn_t;
 
 void *ul__turn_create(void) {
@@ -45,9 +49,13 @@ static uint64_t take_ticket(ul_comm_t c) {
 
 static ul_result_t wait_turn(ul_comm_t c, uint64_t ticket) {
   ul__turn_t *t = c->turn;
+  if (__atomic_load_n(&c->exec_ticket, __ATOMIC_ACQUIRE) == ticket) return UL_OK;
   pthread_mutex_lock(&t->mu);
-  while (c->exec_ticket != ticket) {
+  /* seq_cst pairs with end_turn: it either sees us waiting or we see its new ticket */
+  __atomic_add_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&c->exec_ticket, __ATOMIC_SEQ_CST) != ticket) {
     if (__atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE)) {
+      __atomic_sub_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
       pthread_mutex_unlock(&t->mu);
       return UL_ERR_ABORTED;
     }
@@ -60,14 +68,18 @@ static ul_result_t wait_turn(ul_comm_t c, uint64_t ticket) {
     }
     pthread_cond_timedwait(&t->cv, &t->mu, &dl);
   }
+  __atomic_sub_fetch(&t->waiters, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&t->mu);
   return UL_OK;
 }
 
 static void end_turn(ul_comm_t c) {
   ul__turn_t *t = c->turn;
+  __atomic_add_fetch(&c->exec_ticket, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&t->waiters, __ATOMIC_SEQ_CST) == 0) return;
+  /* a waiter holds the mutex from its check until it sleeps: locking here means the
+   * broadcast cannot fall between the two */
   pthread_mutex_lock(&t->mu);
-  c->exec_ticket++;
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
 }
