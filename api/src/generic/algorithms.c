@@ -166,8 +166,8 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              over, x->host && bytes >= UL__NT_MIN_BYTES ? ", streaming stores" : "");
   else if (al->needs == NEED_DIRECT)
     snprintf(r, rl,
-             "%sprocess ranks: single-copy reads/writes of peers' buffers with "
-             "process_vm_readv/writev",
+             "%sprocess ranks: single-copy reads/writes of peers' buffers with the "
+             "backend's peer_read/peer_write (host: process_vm_readv/writev)",
              over);
   else if (x->a->coll == UL_COLL_BARRIER)
     snprintf(r, rl, "barrier: one signal to every peer, then wait for theirs (the only "
@@ -213,7 +213,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                 : al->needs == NEED_LOAD_STORE
                                     ? "load/store each other's buffers (thread ranks only)"
                                     : "reach each other's buffers (no shared address space, no "
-                                      "process_vm_readv)",
+                                      "single-copy peer ops)",
                                 comm->props.path);
     if (is_oneshot(al) && oneshot_bytes_of(al, &x, bytes) > oneshot_capacity(g, al))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
@@ -254,7 +254,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                           "read/written in place"
                         : "process ranks: some peers' buffers from ul_mem_alloc mapped and "
                           "read/written in place, the others single-copy "
-                          "(process_vm_readv/writev)");
+                          "(the backend's peer_read/peer_write)");
   }
   return rc;
 }
