@@ -318,11 +318,11 @@ static int staged_run_ahead(ul_comm_t c, int me, int n) {
 /* The flagged-line path of the tiniest collectives has no acknowledgement: a rank may
  * rewrite the lines of epoch k+2 as soon as it has seen every peer's epoch k+1. Ranks that
  * lag (sleep) between calls, the four collectives it serves mixed back to back, in place
- * and out of place, and counts up to its 448-byte limit and one past it: a line rewritten
+ * and out of place, and counts up to its 4144-byte limit and one past it: a line rewritten
  * too early, or read before its payload, shows up as a wrong value. */
 static int line_run_ahead(ul_comm_t c, int me, int n) {
-  static const size_t cnts[] = {1, 14, 15, 112, 2, 113, 7};
-  int32_t in[8 * 113], out[8 * 113];
+  static const size_t cnts[] = {1, 14, 15, 1036, 2, 1037, 7};
+  int32_t in[8 * 1037], out[8 * 1037];
   for (int it = 0; it < 1500; it++) {
     size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
     if (me == it % n && it % 11 == 0) usleep(300); /* one rank lags, the others go on */
@@ -369,10 +369,10 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
               out[i], want);
       }
     }
-    /* the path under test ran: the line algorithm up to 448 bytes a peer, not past it */
+    /* the path under test ran: the line algorithm up to 4144 bytes a peer, not past it */
     CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
     if (n > 1)
-      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 448),
+      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 4144),
             "rank %d op %d count %zu ran '%s'", me, it, cnt, info.algorithm);
   }
   return 0;

@@ -20,7 +20,7 @@
  * UL__LL_LINES cache lines of an 8-byte epoch and UL__LL_PAYLOAD bytes of data. */
 #define UL__LL_LINE 64
 #define UL__LL_PAYLOAD (UL__LL_LINE - 8)
-#define UL__LL_LINES 8
+#define UL__LL_LINES 74 /* 4144 bytes a peer: a 4 KiB allreduce */
 #define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
 #define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
 
