@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Tables and target checks for bench/host-vs-mpi.sh: reads its logs (nccl-tests tables from
 unilink-bench and raw_mpi_bench) and prints, per timing method, collective and rank count,
-the host backend's out-of-place times with malloc and ul_mem_alloc buffers beside raw Open
-MPI's and raw MPICH's, speedups (raw time / host time, medians over rounds of per-round
+the host backend's out-of-place times (in place for broadcast: MPI_Bcast has one buffer)
+with malloc and ul_mem_alloc buffers beside raw Open MPI's and raw MPICH's, speedups (raw time / host time, medians over rounds of per-round
 ratios) and %roof; then the targets of issue 18 with every point that misses one.
 
     host_vs_mpi_report.py OUT_DIR ROUNDS"""
@@ -17,9 +17,9 @@ ROW = re.compile(r"^\s+\d+\s+\d+\s")
 EXTRA = re.compile(r"^#\s+(\d+)\s+(\S+)\s+(\S+)")
 
 
-def parse(path):
-    """(size -> out-of-place us, size -> %roof) of the first block of a log (the host
-    backend, or the raw bench's only block)."""
+def parse(path, inplace=False):
+    """(size -> out-of-place (or in-place) us, size -> %roof) of the first block of a log
+    (the host backend, or the raw bench's only block)."""
     times, roof = {}, {}
     try:
         lines = open(path, errors="replace").read().splitlines()
@@ -33,7 +33,7 @@ def parse(path):
         if ROW.match(line):
             f = line.split()
             try:
-                times.setdefault(int(f[0]), float(f[5]))
+                times.setdefault(int(f[0]), float(f[9] if inplace else f[5]))
             except ValueError:
                 pass
         elif extras:
@@ -88,10 +88,12 @@ def main():
                     d = {}
                     for part in ("small", "large"):
                         tag = f"{m}-{c}-np{np}-{part}-r{r}"
-                        hm, rm = parse(f"{out}/uni-malloc-{tag}.log")
-                        hu, ru = parse(f"{out}/uni-ul-{tag}.log")
-                        om, _ = parse(f"{out}/ompi-{tag}.log")
-                        mp, _ = parse(f"{out}/mpich-{tag}.log")
+                        # MPI_Bcast has one buffer: compare it with our in-place broadcast
+                        ip = c == "broadcast"
+                        hm, rm = parse(f"{out}/uni-malloc-{tag}.log", ip)
+                        hu, ru = parse(f"{out}/uni-ul-{tag}.log", ip)
+                        om, _ = parse(f"{out}/ompi-{tag}.log", ip)
+                        mp, _ = parse(f"{out}/mpich-{tag}.log", ip)
                         for s in set(hm) | set(hu):
                             d[s] = dict(hm=hm.get(s), hu=hu.get(s), om=om.get(s), mp=mp.get(s),
                                         rm=rm.get(s), ru=ru.get(s))
