@@ -6,9 +6,9 @@
 #   bench/calibrate-host.sh [BUILD_DIR] [FILE]     (default ./build, ./unilink-tuning.txt)
 #
 # Both algorithms are forced (UNILINK_ALGO) at sizes 1 KiB to 1 MiB in nccl-tests'
-# back-to-back method, in ROUNDS interleaved rounds (default 3); the limit is the largest
-# size below the first one from which direct is faster at every larger size (median over
-# rounds). Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t
+# back-to-back method, in ROUNDS interleaved rounds (default 3); with r(s) the median over
+# rounds of staged time / direct time, the limit is the size L that minimises the sum of
+# log r(s) over s <= L (staged where it pays, over all sizes; 0: direct everywhere). Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t
 # (THREADS, default "2"). Environment: ITERS (default 100), COLLS.
 set -u
 BUILD=${1:-build}
@@ -54,7 +54,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 python3 - "$LOGS" "$FILE" "$ROUNDS" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" "$NCPU" <<'PYEOF'
-import glob, os, re, statistics, sys, time
+import glob, math, os, re, statistics, sys, time
 logs, path, rounds, cpu, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 row = re.compile(r"^\s+\d+\s+\d+\s")
 def times(p):
@@ -85,11 +85,14 @@ for coll, place, n in keys:
         print(f"calibrate-host.sh: no data for {coll} {place} {n}", file=sys.stderr)
         continue
     ratio = {s: statistics.median(per[s]) for s in sizes}  # staged time / direct time
-    limit = sizes[-1]  # staged wins everywhere measured
-    for i, s in enumerate(sizes):
-        if all(ratio[t] > 1.0 for t in sizes[i:]):
-            limit = sizes[i - 1] if i > 0 else 0
-            break
+    # The limit whose choice costs least over all measured sizes: staged up to it, direct
+    # above. Minimising the summed log ratio of the staged prefix keeps one noisy point
+    # from moving the limit far (a rule like "direct wins from here on" does not).
+    best, limit, acc = 0.0, 0, 0.0
+    for s in sizes:
+        acc += math.log(ratio[s])
+        if acc < best:
+            best, limit = acc, s
     shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
     lines.append(f"{coll} {n} {place} {limit}   # staged/direct time: {shown}")
 open(path, "w").write("\n".join(lines) + "\n")
