@@ -396,13 +396,14 @@ static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf) {
         "64 KiB broadcast ran '%s', the file says staged", info.algorithm);
   CHECK(strstr(info.reason, "UNILINK_TUNING_FILE") != NULL, "reason: %s", info.reason);
   for (int i = 0; i < 16384; i++) CHECK(buf[i] == i, "bcast [%d] = %d", i, buf[i]);
-  int32_t mine[256];
-  for (int i = 0; i < 256; i++) mine[i] = me * 1000 + i;
-  CHECK(ul_allgather(mine, buf, 256, UL_INT32, c, NULL) == UL_OK, "allgather");
+  /* 8 KiB a rank: above the flagged-line limit, inside the built-in staged one */
+  int32_t mine[2048];
+  for (int i = 0; i < 2048; i++) mine[i] = me * 10000 + i;
+  CHECK(ul_allgather(mine, buf, 2048, UL_INT32, c, NULL) == UL_OK, "allgather");
   CHECK(ul_comm_last_call(c, &info) == UL_OK && strcmp(info.algorithm, "direct") == 0,
-        "1 KiB-a-rank allgather ran '%s', the file says direct", info.algorithm);
+        "8 KiB-a-rank allgather ran '%s', the file says direct", info.algorithm);
   for (int r = 0; r < n; r++)
-    for (int i = 0; i < 256; i++) CHECK(buf[r * 256 + i] == r * 1000 + i, "allgather");
+    for (int i = 0; i < 2048; i++) CHECK(buf[r * 2048 + i] == r * 10000 + i, "allgather");
   return 0;
 }
 
