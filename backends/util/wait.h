@@ -50,15 +50,6 @@ static inline double ulbu_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static inline void ulbu_cpu_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#else
-  __asm__ __volatile__("" ::: "memory");
-#endif
-}
 
 /* One idle step of a wait that began (spin over) at t0: the backend's checks, the
  * timeout, then yield or sleep. UL_OK: poll again. For loops that poll in their own way
@@ -109,7 +100,7 @@ static inline ul_result_t ulbu_wait(const ulbu_waiter_t *w, const ulbu_cond_t *c
                                     const char *what, double *elapsed_ms) {
   ul_result_t rc = cond->poll(cond->arg);
   for (int i = 0; rc == UL_IN_PROGRESS && i < w->spin; i++) {
-    ulbu_cpu_pause();
+    ul_backend_cpu_pause();
     rc = cond->poll(cond->arg);
   }
   if (elapsed_ms) *elapsed_ms = 0;

@@ -320,6 +320,18 @@ typedef struct ul_backend_ops {
 typedef const ul_backend_ops_t *(*ul_backend_entry_fn)(void);
 #define UL_BACKEND_ENTRY_SYMBOL "ul_backend_entry"
 
+/** One step of a busy wait: tells the core a spin is under way (saves power, frees the
+ *  sibling hyperthread). The one definition for the core and every backend's waits. */
+static inline void ul_backend_cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#else
+  __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 /* ------------------------------------------------------------------------- */
 /* Core services for backends (exported by libunilink)                        */
 /* ------------------------------------------------------------------------- */

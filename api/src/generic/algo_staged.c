@@ -210,7 +210,7 @@ static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t
     const char *line = line_at(g, g->scratch, q, k, i);
     int spin = g->n > g->ncpu ? 0 : LINE_SPIN; /* oversubscribed: the peer needs our core */
     while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k && spin-- > 0)
-      ul__cpu_relax();
+      ul_backend_cpu_pause();
     if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k) {
       UL_CHECK(ul__gwait(g, UL__SIG_LL(g, q), k, q, x->bs));
       if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k)

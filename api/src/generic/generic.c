@@ -397,9 +397,7 @@ static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *
                               (unsigned long long)g->seq);
   (*spins)++;
   if (*spins < 200) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    ul_backend_cpu_pause();
     return UL_OK;
   }
   if (*spins < 400) {

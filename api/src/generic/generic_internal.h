@@ -101,18 +101,6 @@ typedef struct ul__algo_ctx {
 #define BC(x) ((x)->c->bcomm)
 #define COPY(x, dst, src, nbytes) (x)->o->copy_local(BC(x), (dst), (src), (nbytes), (x)->bs)
 
-/* One step of a busy wait: tells the core a spin is under way (saves power, frees the
- * sibling hyperthread). */
-static inline void ul__cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#else
-  __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 static inline char *at(const void *base, size_t elems, size_t esize) {
   return (char *)base + elems * esize;
 }
