@@ -53,20 +53,13 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-python3 - "$LOGS" "$FILE" "$ROUNDS" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" "$NCPU" <<'PYEOF'
-import glob, math, os, re, statistics, sys, time
+python3 - "$LOGS" "$FILE" "$ROUNDS" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" "$NCPU" "$SRC_DIR" <<'PYEOF'
+import glob, math, os, statistics, sys, time
 logs, path, rounds, cpu, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-row = re.compile(r"^\s+\d+\s+\d+\s")
+sys.path.insert(0, sys.argv[6])
+from host_vs_mpi_report import parse  # the one reader of nccl-tests tables in bench/
 def times(p):
-    out = {}
-    try: lines = open(p, errors="replace").read().splitlines()
-    except OSError: return out
-    for line in lines:
-        if row.match(line):
-            f = line.split()
-            try: out.setdefault(int(f[0]), float(f[5]))
-            except ValueError: pass
-    return out
+    return parse(p)[0]
 keys = sorted({tuple(os.path.basename(p)[:-4].rsplit("-", 4)[:3]) for p in glob.glob(f"{logs}/*.log")})
 lines = [f"# unilink host tuning, measured by bench/calibrate-host.sh on {time.strftime('%Y-%m-%d')}",
          f"# machine: {cpu}, {ncpu} CPUs; {rounds} interleaved rounds, back-to-back medians",
