@@ -1,7 +1,9 @@
 // UNILINK_TEST_LINK_SHARED
 /* Host backend, process ranks: collectives on ul_mem_alloc buffers read and write peers'
  * buffers in place (path "zero-copy"), on private buffers through the kernel ("cma"),
- * and on a mix of both ("zero-copy+cma" where some peers' buffers are mapped). Results
+ * and on a mix of both ("zero-copy+cma" where some peers' buffers are mapped). With a
+ * core per rank, private or mixed buffers bounce through the scratch instead for the
+ * collectives that can (decision 0014: algorithm "bounce", path "shm-copy"). Results
  * are checked exactly for every direct collective, and buffers freed and allocated
  * again between calls must be mapped afresh (never a stale mapping of the old ones). */
 #include <criterion/criterion.h>
@@ -43,12 +45,21 @@ static void buf_free(ul_comm_t c, int ul, void *p) {
 
 static int32_t val(int rank, size_t i) { return (int32_t)((rank + 1) * 5 + (int)(i % 7)); }
 
-/* The path this rank's last call took must be `want`. */
-static int path_is(ul_comm_t c, int me, const char *what, const char *want) {
+/* Whether this call bounces: some buffer private, a core per rank, and a collective
+ * of the bounce family (not reduce, gather, scatter). */
+static int bounces(int mode, int n, const char *what) {
+  return mode != MEM_UL && n <= sysconf(_SC_NPROCESSORS_ONLN) && strcmp(what, "reduce") != 0 &&
+         strcmp(what, "gather") != 0 && strcmp(what, "scatter") != 0;
+}
+
+/* The path this rank's last call took must be `want` (or the bounce's). */
+static int path_is(ul_comm_t c, int me, int n, int mode, const char *what, const char *want) {
   ul_call_info_t info = {.struct_size = sizeof info};
   CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
-  CHECK(strcmp(info.algorithm, "direct") == 0, "%s: algorithm %s, want direct", what,
-        info.algorithm);
+  const char *algo = "direct";
+  if (bounces(mode, n, what)) algo = "bounce", want = "shm-copy";
+  CHECK(strcmp(info.algorithm, algo) == 0, "%s: algorithm %s, want %s", what, info.algorithm,
+        algo);
   CHECK(strcmp(info.path, want) == 0, "%s: path '%s', want '%s' (reason: %s)", what, info.path,
         want, info.reason);
   return 0;
@@ -74,7 +85,7 @@ static int run_collectives(ul_comm_t c, int me, int n, int mode) {
 
     CHECK(ul_allreduce(s, r, COUNT, UL_INT32, UL_SUM, c, NULL) == UL_OK, "allreduce: %s",
           ul_comm_last_error(c));
-    if (path_is(c, me, "allreduce", want)) return 1;
+    if (path_is(c, me, n, mode, "allreduce", want)) return 1;
     for (size_t i = 0; i < COUNT; i++) {
       int32_t e = 0;
       for (int p = 0; p < n; p++) e += val(p, i) + round;
@@ -87,7 +98,7 @@ static int run_collectives(ul_comm_t c, int me, int n, int mode) {
 
     for (size_t i = 0; i < big; i++) s[i] = val(me, i) + round;
     CHECK(ul_reduce_scatter(s, r, COUNT, UL_INT32, UL_SUM, c, NULL) == UL_OK, "reduce_scatter");
-    if (path_is(c, me, "reduce_scatter", want)) return 1;
+    if (path_is(c, me, n, mode, "reduce_scatter", want)) return 1;
     for (size_t i = 0; i < COUNT; i++) {
       int32_t e = 0;
       for (int p = 0; p < n; p++) e += val(p, (size_t)me * COUNT + i) + round;
@@ -95,13 +106,13 @@ static int run_collectives(ul_comm_t c, int me, int n, int mode) {
     }
 
     CHECK(ul_allgather(s, r, COUNT, UL_INT32, c, NULL) == UL_OK, "allgather");
-    if (path_is(c, me, "allgather", want)) return 1;
+    if (path_is(c, me, n, mode, "allgather", want)) return 1;
     for (int p = 0; p < n; p++)
       for (size_t i = 0; i < COUNT; i++)
         CHECK(r[(size_t)p * COUNT + i] == val(p, i) + round, "allgather block %d [%zu]", p, i);
 
     CHECK(ul_alltoall(s, r, COUNT, UL_INT32, c, NULL) == UL_OK, "alltoall");
-    if (path_is(c, me, "alltoall", want)) return 1;
+    if (path_is(c, me, n, mode, "alltoall", want)) return 1;
     for (int p = 0; p < n; p++)
       for (size_t i = 0; i < COUNT; i++)
         CHECK(r[(size_t)p * COUNT + i] == val(p, (size_t)me * COUNT + i) + round,
@@ -109,13 +120,13 @@ static int run_collectives(ul_comm_t c, int me, int n, int mode) {
 
     int root = n - 1;
     CHECK(ul_broadcast(s, r, COUNT, UL_INT32, root, c, NULL) == UL_OK, "broadcast");
-    if (path_is(c, me, "broadcast", want)) return 1;
+    if (path_is(c, me, n, mode, "broadcast", want)) return 1;
     for (size_t i = 0; i < COUNT; i++)
       CHECK(r[i] == val(root, i) + round, "broadcast[%zu]", i);
 
     for (size_t i = 0; i < big; i++) r[i] = -1;
     CHECK(ul_reduce(s, r, COUNT, UL_INT32, UL_SUM, root, c, NULL) == UL_OK, "reduce");
-    if (path_is(c, me, "reduce", want)) return 1;
+    if (path_is(c, me, n, mode, "reduce", want)) return 1;
     if (me == root)
       for (size_t i = 0; i < COUNT; i++) {
         int32_t e = 0;
@@ -124,14 +135,14 @@ static int run_collectives(ul_comm_t c, int me, int n, int mode) {
       }
 
     CHECK(ul_gather(s, r, COUNT, UL_INT32, root, c, NULL) == UL_OK, "gather");
-    if (path_is(c, me, "gather", want)) return 1;
+    if (path_is(c, me, n, mode, "gather", want)) return 1;
     if (me == root)
       for (int p = 0; p < n; p++)
         for (size_t i = 0; i < COUNT; i++)
           CHECK(r[(size_t)p * COUNT + i] == val(p, i) + round, "gather block %d [%zu]", p, i);
 
     CHECK(ul_scatter(s, r, COUNT, UL_INT32, root, c, NULL) == UL_OK, "scatter");
-    if (path_is(c, me, "scatter", want)) return 1;
+    if (path_is(c, me, n, mode, "scatter", want)) return 1;
     for (size_t i = 0; i < COUNT; i++)
       CHECK(r[i] == val(root, (size_t)me * COUNT + i) + round, "scatter[%zu]", i);
 

@@ -31,7 +31,7 @@
     "folder of libunilink and the install folder")                                             \
   X(ALGO, STR, "", "core",                                                                     \
     "force algorithms: <collective>:<algorithm>[,...], e.g. \"allreduce:ring,broadcast:tree\"; " \
-    "algorithm is native, line, oneshot, staged, direct, ring, tree, pairwise, linear or "     \
+    "algorithm is native, line, oneshot, staged, direct, bounce, ring, tree, pairwise, linear or " \
     "signal")                                                                                  \
   X(FAULT, STR, "", "test",                                                                    \
     "test builds only (UNILINK_TEST_HOOKS=ON): inject a fault, e.g. \"allreduce:offbyone\"")   \

@@ -32,24 +32,29 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_ALLREDUCE, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLREDUCE, "oneshot", NEED_SHARED, ul__staged_oneshot_allreduce},
     {UL_COLL_ALLREDUCE, "direct", NEED_DIRECT, ul__direct_allreduce},
+    {UL_COLL_ALLREDUCE, "bounce", NEED_SHARED, ul__bounce_allreduce},
     {UL_COLL_ALLREDUCE, "oneshot-channel", NEED_NONE, ul__oneshot_allreduce},
     {UL_COLL_ALLREDUCE, "ring", NEED_NONE, ul__ring_allreduce},
     {UL_COLL_REDUCE_SCATTER, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_REDUCE_SCATTER, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_REDUCE_SCATTER, "direct", NEED_DIRECT, ul__direct_reduce_scatter},
+    {UL_COLL_REDUCE_SCATTER, "bounce", NEED_SHARED, ul__bounce_reduce_scatter},
     {UL_COLL_REDUCE_SCATTER, "ring", NEED_NONE, ul__ring_reduce_scatter},
     {UL_COLL_ALLGATHER, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLGATHER, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_ALLGATHER, "direct", NEED_DIRECT, ul__direct_allgather},
+    {UL_COLL_ALLGATHER, "bounce", NEED_SHARED, ul__bounce_allgather},
     {UL_COLL_ALLGATHER, "ring", NEED_NONE, ul__ring_allgather},
     {UL_COLL_BROADCAST, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_BROADCAST, "direct", NEED_DIRECT, ul__direct_broadcast},
+    {UL_COLL_BROADCAST, "bounce", NEED_SHARED, ul__bounce_broadcast},
     {UL_COLL_BROADCAST, "tree", NEED_NONE, ul__tree_broadcast},
     {UL_COLL_REDUCE, "direct", NEED_DIRECT, ul__direct_reduce},
     {UL_COLL_REDUCE, "tree", NEED_NONE, ul__tree_reduce},
     {UL_COLL_ALLTOALL, "line", NEED_SHARED, ul__line_small},
     {UL_COLL_ALLTOALL, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_ALLTOALL, "direct", NEED_DIRECT, ul__direct_alltoall},
+    {UL_COLL_ALLTOALL, "bounce", NEED_SHARED, ul__bounce_alltoall},
     {UL_COLL_ALLTOALL, "pairwise", NEED_NONE, ul__pairwise_alltoall},
     {UL_COLL_GATHER, "direct", NEED_DIRECT, ul__direct_gather},
     {UL_COLL_GATHER, "linear", NEED_NONE, ul__linear_gather},
@@ -187,7 +192,8 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   ul__generic_t *g = comm->generic;
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
                   a->op == UL_AVG ? UL_SUM : a->op,
-                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0};
+                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0, 0,
+                  forced != NULL, NULL};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
@@ -246,6 +252,15 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   }
   ul__copy_str(info->algorithm, sizeof info->algorithm, al->name);
   ul_result_t rc = al->run(&x);
+  if (x.ran) { /* the direct algorithm handed over to a bounce one (algo_direct.c) */
+    ul__copy_str(info->algorithm, sizeof info->algorithm, x.ran);
+    ul__copy_str(info->path, sizeof info->path, "shm-copy");
+    ul__copy_str(info->reason, sizeof info->reason,
+                 "process ranks, buffers peers cannot map (not from ul_mem_alloc): cache-sized "
+                 "pieces through shared scratch, two copies in cache instead of one "
+                 "single-copy (process_vm_readv/writev) through memory");
+    return rc;
+  }
   if (x.cma && g->zpeers > 0) {
     ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
     if (!forced)

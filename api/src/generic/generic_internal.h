@@ -96,6 +96,11 @@ typedef struct ul__algo_ctx {
   int cma;     /* direct algorithm between processes: mapped (zero-copy) or single-copy */
   int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
   int nt_pull; /* after publish: pulled output is large, store it streaming */
+  /* after publish: some buffer peers would reach is not mapped anywhere (malloc), so
+   * the direct algorithm bounces through the scratch instead (algo_bounce.c) */
+  int bounce;
+  int forced;      /* UNILINK_ALGO named the algorithm: no handing over */
+  const char *ran; /* the algorithm that ran, when the selected one handed over */
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
@@ -179,6 +184,13 @@ UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
  * (ul__line_bytes). */
 UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x);
 UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x);
+/* algo_bounce.c: process ranks' private buffers, piece by piece through the channels
+ * with every peer directly (what the direct algorithms do when peers cannot map them). */
+UL__HIDDEN ul_result_t ul__bounce_allreduce(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__bounce_reduce_scatter(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__bounce_allgather(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__bounce_alltoall(algo_ctx_t *x);
+UL__HIDDEN ul_result_t ul__bounce_broadcast(algo_ctx_t *x);
 /* algo_pipelined.c: chunked ring/tree/linear/pairwise patterns over the channels. */
 UL__HIDDEN ul_result_t ul__oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__ring_allreduce(algo_ctx_t *x);

@@ -1,0 +1,248 @@
+/* Bounce algorithms (algo_bounce.c): process ranks whose buffers peers cannot map move
+ * cache-sized pieces through the shared scratch. Checked exactly on every collective
+ * they serve: several pieces with a short last one, outputs large enough for streaming
+ * stores, in place, averages, counts smaller than the rank count (empty slices), and
+ * which algorithm and path the core reports for private, mixed and exported buffers.
+ * Ranks are fork()ed children reporting through their exit status (0 = ok, otherwise
+ * the step that failed, with a message on stderr). */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ul_core.h"
+
+#define STEP(k, cond, ...)                                       \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "rank %d step %d: ", me, k);               \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);         \
+      return k;                                                  \
+    }                                                            \
+  } while (0)
+
+/* Integers below 2^24: every sum and average of a few is exact in float. */
+static float val(int rank, size_t i) { return (float)((rank + 1) * 8 + (int)(i % 7)); }
+
+static int cma_allowed(void) {
+  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (f) {
+    if (fscanf(f, "%d", &scope) != 1) scope = 0;
+    fclose(f);
+  }
+  return !(scope >= 2 || (scope == 1 && geteuid() != 0));
+}
+
+static ul_call_info_t last_call(ul_comm_t c) {
+  ul_call_info_t info = {.struct_size = sizeof info};
+  ul_comm_last_call(c, &info);
+  return info;
+}
+
+/* The algorithm and path of the last call, when want_algo is not NULL. */
+static int check_call(ul_comm_t c, int me, const char *what, const char *want_algo,
+                      const char *want_path) {
+  if (!want_algo) return 0;
+  ul_call_info_t info = last_call(c);
+  STEP(90, strcmp(info.algorithm, want_algo) == 0 && strcmp(info.path, want_path) == 0,
+       "%s: algorithm %s path %s, want %s %s (%s)", what, info.algorithm, info.path, want_algo,
+       want_path, info.reason);
+  return 0;
+}
+
+/* A buffer of n floats from malloc, or from ul_mem_alloc when exported. */
+static float *buf_new(ul_comm_t c, size_t n, int exported) {
+  if (!exported) return malloc(n * sizeof(float) + 1);
+  void *p = NULL;
+  return ul_mem_alloc(c, n * sizeof(float) + 1, &p) == UL_OK ? (float *)p : NULL;
+}
+
+static void buf_free(ul_comm_t c, float *p, int exported) {
+  if (exported) ul_mem_free(c, p);
+  else free(p);
+}
+
+/* Every collective of the bounce family on `count` elements a rank (allreduce and
+ * broadcast: the message), out of place and in place, checked exactly. want_algo NULL:
+ * whatever the core picks. */
+static int all_colls(ul_comm_t c, int me, int n, size_t count, int exported,
+                     const char *want_algo, const char *want_path) {
+  size_t big = count * (size_t)n;
+  float *s = buf_new(c, big, exported), *r = buf_new(c, big, exported);
+  STEP(10, s && r, "out of memory");
+  /* allreduce, sum and avg, out of place then in place */
+  for (int avg = 0; avg < 2; avg++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      for (size_t i = 0; i < count; i++) s[i] = val(me, i), r[i] = -1;
+      float *out = inplace ? s : r;
+      ul_result_t rc = ul_allreduce(s, out, count, UL_FP32, avg ? UL_AVG : UL_SUM, c, NULL);
+      STEP(11, rc == UL_OK, "allreduce: %s", ul_comm_last_error(c));
+      if (check_call(c, me, "allreduce", want_algo, want_path)) return 90;
+      for (size_t i = 0; i < count; i++) {
+        float e = 0;
+        for (int p = 0; p < n; p++) e += val(p, i);
+        if (avg) e /= (float)n;
+        STEP(12, out[i] == e, "allreduce avg=%d in place=%d [%zu] = %g, want %g", avg, inplace,
+             i, out[i], e);
+      }
+    }
+  /* reduce_scatter: block me of every rank's n blocks */
+  for (int inplace = 0; inplace < 2; inplace++) {
+    for (size_t i = 0; i < big; i++) s[i] = val(me, i);
+    float *out = inplace ? s + (size_t)me * count : r;
+    ul_result_t rc = ul_reduce_scatter(s, out, count, UL_FP32, UL_SUM, c, NULL);
+    STEP(13, rc == UL_OK, "reduce_scatter: %s", ul_comm_last_error(c));
+    if (check_call(c, me, "reduce_scatter", want_algo, want_path)) return 90;
+    for (size_t i = 0; i < count; i++) {
+      float e = 0;
+      for (int p = 0; p < n; p++) e += val(p, (size_t)me * count + i);
+      STEP(14, out[i] == e, "reduce_scatter in place=%d [%zu] = %g, want %g", inplace, i,
+           out[i], e);
+    }
+  }
+  /* allgather */
+  for (int inplace = 0; inplace < 2; inplace++) {
+    float *in = inplace ? r + (size_t)me * count : s;
+    for (size_t i = 0; i < big; i++) r[i] = -1;
+    for (size_t i = 0; i < count; i++) in[i] = val(me, i);
+    ul_result_t rc = ul_allgather(in, r, count, UL_FP32, c, NULL);
+    STEP(15, rc == UL_OK, "allgather: %s", ul_comm_last_error(c));
+    if (check_call(c, me, "allgather", want_algo, want_path)) return 90;
+    for (int p = 0; p < n; p++)
+      for (size_t i = 0; i < count; i++)
+        STEP(16, r[(size_t)p * count + i] == val(p, i), "allgather in place=%d block %d [%zu] = %g",
+             inplace, p, i, r[(size_t)p * count + i]);
+  }
+  /* broadcast from the last rank, out of place then in place */
+  for (int inplace = 0; inplace < 2; inplace++) {
+    int root = n - 1;
+    for (size_t i = 0; i < count; i++) s[i] = me == root ? val(root, i + 3) : -2, r[i] = -1;
+    float *out = inplace ? s : r;
+    ul_result_t rc = ul_broadcast(s, out, count, UL_FP32, root, c, NULL);
+    STEP(17, rc == UL_OK, "broadcast: %s", ul_comm_last_error(c));
+    if (check_call(c, me, "broadcast", want_algo, want_path)) return 90;
+    for (size_t i = 0; i < count; i++)
+      STEP(18, out[i] == val(root, i + 3), "broadcast in place=%d [%zu] = %g", inplace, i, out[i]);
+  }
+  /* alltoall: block p of my input goes to rank p */
+  for (size_t i = 0; i < big; i++) s[i] = val(me, i) * 16 + (float)(i / count), r[i] = -1;
+  ul_result_t rc = ul_alltoall(s, r, count, UL_FP32, c, NULL);
+  STEP(19, rc == UL_OK, "alltoall: %s", ul_comm_last_error(c));
+  if (check_call(c, me, "alltoall", want_algo, want_path)) return 90;
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < count; i++) {
+      size_t si = (size_t)me * count + i;
+      STEP(20, r[(size_t)p * count + i] == val(p, si) * 16 + (float)me, "alltoall from %d [%zu] = %g",
+           p, i, r[(size_t)p * count + i]);
+    }
+  buf_free(c, s, exported);
+  buf_free(c, r, exported);
+  return 0;
+}
+
+static int comm_up(ul_unique_id_t id, int n, int me, ul_comm_t *c) {
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 60000;
+  STEP(1, ul_comm_init_rank(c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  return 0;
+}
+
+static int comm_down(ul_comm_t c, int me) {
+  STEP(2, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+  ul_comm_destroy(c);
+  return 0;
+}
+
+/* 2 ranks, private buffers, chosen by the core: several pieces (a channel chunk is
+ * 256 KiB) with a short last one, then 3 MiB a rank (outputs of 6 MiB and more are
+ * stored streaming). */
+static int rank_private(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  int bad = all_colls(c, me, n, 3 * 65536 + 13, 0, "bounce", "shm-copy");
+  if (!bad) bad = all_colls(c, me, n, (size_t)3 << 18, 0, "bounce", "shm-copy");
+  if (bad) return bad;
+  return comm_down(c, me);
+}
+
+/* 3 ranks, forced: counts below the rank count leave slices empty. */
+static int rank_forced_small(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  setenv("UNILINK_ALGO",
+         "allreduce:bounce,reduce_scatter:bounce,allgather:bounce,broadcast:bounce,"
+         "alltoall:bounce",
+         1);
+  static const size_t counts[] = {1, 2, 3, 4, 65536 + 1};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    int bad = all_colls(c, me, n, counts[k], 0, "bounce", "shm-copy");
+    if (bad) return bad;
+  }
+  unsetenv("UNILINK_ALGO");
+  return comm_down(c, me);
+}
+
+/* Rank 0's buffers from ul_mem_alloc, rank 1's from malloc: peers cannot map all of
+ * them, so the direct algorithms hand over to bounce on both ranks alike. */
+static int rank_mixed(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  int bad = all_colls(c, me, n, 3 * 65536 + 13, me == 0, "bounce", "shm-copy");
+  if (bad) return bad;
+  return comm_down(c, me);
+}
+
+/* Every buffer from ul_mem_alloc: the direct algorithms read and write them mapped. */
+static int rank_exported(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  int bad = all_colls(c, me, n, 3 * 65536 + 13, 1, "direct", "zero-copy");
+  if (bad) return bad;
+  return comm_down(c, me);
+}
+
+static void run_processes(int n, int (*fn)(ul_unique_id_t, int, int)) {
+  ul_unique_id_t id;
+  cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "%s", ul_last_error());
+  pid_t pids[8];
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    cr_assert_neq(pids[r], -1);
+    if (pids[r] == 0) _exit(fn(id, n, r));
+  }
+  int bad = 0;
+  for (int r = 0; r < n; r++) {
+    int st;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = r + 1;
+  }
+  cr_assert_eq(bad, 0, "rank %d failed (its message is above)", bad - 1);
+}
+
+/* Which path private buffers take needs single copy to be possible at all (else the
+ * direct algorithms are never chosen and bounce is picked directly; same result). */
+Test(bounce, private_buffers_every_collective_exact, .timeout = 180) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  run_processes(2, rank_private);
+}
+
+Test(bounce, forced_counts_below_rank_count, .timeout = 180) {
+  run_processes(3, rank_forced_small);
+}
+
+Test(bounce, mixed_buffers_bounce_on_every_rank, .timeout = 180) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  if (!cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  run_processes(2, rank_mixed);
+}
+
+Test(bounce, exported_buffers_stay_zero_copy, .timeout = 180) {
+  if (!cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  run_processes(2, rank_exported);
+}
