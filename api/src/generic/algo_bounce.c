@@ -67,6 +67,12 @@ static ul_result_t bounce_reduce(algo_ctx_t *x, int allreduce) {
   size_t my_off, my_len;
   slice_of(x, allreduce, me, &my_off, &my_len);
   void *own_base = allreduce ? at(a->recvbuf, my_off, es) : a->recvbuf;
+  /* In place the outputs overwrite inputs this rank has just read: those lines are in
+   * the cache, so ordinary stores cost no read for ownership and no extra pass, where
+   * streaming stores would evict them (allreduce in place np2, median of synchronized
+   * calls: 16 MiB 1.8-2.2 -> 1.2-1.4 ms, 64 MiB 7.9-8.7 -> 6.3-7.1 ms). */
+  int inplace = own_base == at(a->sendbuf, my_off, es);
+  if (inplace) nt = 0;
   for (size_t k = 0; k * pe < most; k++) {
     /* 1. my piece of every peer's slice, to that peer */
     for (int i = 1; i < n; i++) {

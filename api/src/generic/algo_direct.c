@@ -211,8 +211,12 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
     else if (kind == DR_ALLREDUCE) own = at(a->recvbuf, e0, x->esize);
     else if (a->root == me) own = at(a->recvbuf, e0, x->esize);
     /* Accumulate in the cache-resident work area when the output is written with
-     * streaming stores or sent elsewhere; else straight into our own output. */
-    void *acc = (own && !nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)) ? own : t0;
+     * streaming stores or sent elsewhere; else straight into our own output. In place
+     * the output is the input just read, in the cache: ordinary stores cost nothing
+     * extra there, streaming ones evict it (allreduce 64 MiB np2 in place, median of
+     * synchronized calls: zero-copy 4.2-6.1 -> 3.0-3.8 ms, threads 6.0 -> 5.0 ms). */
+    int inplace = own && own == at(a->sendbuf, e0, x->esize);
+    void *acc = (own && (inplace || (!nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)))) ? own : t0;
     UL_CHECK(reduce_piece(x, acc, e0, cnt, first));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
     if (own) UL_CHECK(out_copy(x, own, acc, nb, nt));
