@@ -765,3 +765,34 @@ Test(host_backend, thread_mem_alloc_alignment, .timeout = 20) {
   cr_assert_eq(H->mem_free(s.c, big), UL_OK);
   solo_close(&s);
 }
+
+/* The default spin is a time budget (~1.3 us of pauses, however long a pause takes
+ * here), not a fixed count: 32 pauses spun 0.6 us on a VM whose pause takes 19.5 ns,
+ * and a synchronized broadcast waited past it into yields. Ranks outnumbering CPUs spin
+ * 8 pauses whatever the machine. */
+Test(host_backend, default_spin_is_a_time_budget, .timeout = 30) {
+  need_host();
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: every rank count oversubscribes");
+  unsetenv("UNILINK_HOST_SPIN");
+  ul_backend_comm_args_t a[2];
+  ul_backend_comm_props_t props[2];
+  ul_backend_comm_t *comms[2];
+  for (int r = 0; r < 2; r++) {
+    a[r] = make_args(NULL, r, 2, TIMEOUT_MS, NULL);
+    props[r] = make_props();
+  }
+  cr_assert_eq(H->comm_init_all(a, 2, comms, props), UL_OK, "%s", ul_last_error());
+  int spin = comms[0]->spin;
+  cr_assert(spin >= 6 && spin <= 1300, "spin %d pauses", spin); /* 1-200 ns a pause */
+  double best = 1e9;
+  for (int k = 0; k < 5; k++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < spin; i++) ul_backend_cpu_pause();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+    if (ns < best) best = ns;
+  }
+  cr_expect(best >= 900 && best <= 2600, "%d pauses took %.0f ns, want about 1300", spin, best);
+  for (int r = 0; r < 2; r++) H->comm_destroy(comms[r]);
+}

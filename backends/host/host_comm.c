@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,38 @@
 
 #include "host.h"
 
-/* Pause iterations before yielding. A pause takes ~40 ns on the EPYC this was tuned
- * on, so the default spins ~1.3 us: longer than a peer's cross-core signal (~0.2-1 us);
- * a longer spin holds the core a descheduled peer needs (2000 spins: 70-120 us per
- * allreduce under load, 32: ~4 us; docs/performance.md). */
-#define HOST_SPIN_DEFAULT 32
+/* How long a waiter spins before yielding: ~1.3 us, longer than a peer's cross-core
+ * signal (~0.2-1 us), short enough not to hold a core a descheduled peer needs (2000
+ * pauses: 70-120 us per allreduce under load; docs/performance.md). That was 32 pauses
+ * of ~40 ns; on the reference EPYC VM a pause takes 19.5 ns, so 32 spun 0.6 us and a
+ * synchronized 8-byte broadcast waited past it, yielding (1.2 us a yield there): 4.1 us
+ * against 1.4 us with 64 pauses, while 2 thread ranks next to a CPU hog went from 8.9 to
+ * only 9.5 us (160 pauses: 14 us). So the spin is a time budget, turned into pauses by
+ * timing them once per process. */
+#define HOST_SPIN_BUDGET_NS 1300.0
 #define HOST_SPIN_OVERSUBSCRIBED 8
+
+static double host_pause_ns_value;
+static pthread_once_t host_pause_once = PTHREAD_ONCE_INIT;
+
+static void host_pause_measure(void) {
+  struct timespec t0, t1;
+  double best = 1e9;
+  for (int r = 0; r < 3; r++) { /* best of 3: a preemption only makes one slower */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 1000; i++) ul_backend_cpu_pause();
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1000;
+    if (ns < best) best = ns;
+  }
+  host_pause_ns_value = best < 1 ? 1 : best > 200 ? 200 : best;
+}
+
+/* Nanoseconds one ul_backend_cpu_pause takes here (measured once per process). */
+static double host_pause_ns(void) {
+  pthread_once(&host_pause_once, host_pause_measure);
+  return host_pause_ns_value;
+}
 
 static ul_result_t host_comm_random(ul_comm_t h, unsigned char *buf, size_t len) {
   size_t got = 0;
@@ -121,11 +148,12 @@ static int host_comm_spin(int nranks) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t spin = ul_backend_param_int(
       "HOST_SPIN", -1,
-      "Host backend: pause iterations a waiter spins before yielding (-1: 32, or 8 when "
-      "ranks outnumber CPUs)");
+      "Host backend: pause iterations a waiter spins before yielding (-1: as many as take "
+      "1.3 us here, or 8 when ranks outnumber CPUs)");
   if (spin >= 0) return spin > 1000000 ? 1000000 : (int)spin;
   /* Oversubscribed: the peer we wait for needs our core, so give it up soon. */
-  return (ncpu > 0 && nranks > ncpu) ? HOST_SPIN_OVERSUBSCRIBED : HOST_SPIN_DEFAULT;
+  if (ncpu > 0 && nranks > ncpu) return HOST_SPIN_OVERSUBSCRIBED;
+  return (int)(HOST_SPIN_BUDGET_NS / host_pause_ns());
 }
 
 static ul_backend_comm_t *host_comm_alloc(const ul_backend_comm_args_t *a) {
