@@ -14,30 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fork_ranks.h"
 #include "ul_core.h"
 
-#define STEP(k, cond, ...)                                       \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      fprintf(stderr, "rank %d step %d: ", me, k);               \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);         \
-      return k;                                                  \
-    }                                                            \
-  } while (0)
 
 /* Integers below 2^24: every sum and average of a few is exact in float. */
 static float val(int rank, size_t i) { return (float)((rank + 1) * 8 + (int)(i % 7)); }
-
-static int cma_allowed(void) {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (f) {
-    if (fscanf(f, "%d", &scope) != 1) scope = 0;
-    fclose(f);
-  }
-  return !(scope >= 2 || (scope == 1 && geteuid() != 0));
-}
 
 static ul_call_info_t last_call(ul_comm_t c) {
   ul_call_info_t info = {.struct_size = sizeof info};
@@ -207,42 +189,25 @@ static int rank_exported(ul_unique_id_t id, int n, int me) {
   return comm_down(c, me);
 }
 
-static void run_processes(int n, int (*fn)(ul_unique_id_t, int, int)) {
-  ul_unique_id_t id;
-  cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "%s", ul_last_error());
-  pid_t pids[8];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    cr_assert_neq(pids[r], -1);
-    if (pids[r] == 0) _exit(fn(id, n, r));
-  }
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = r + 1;
-  }
-  cr_assert_eq(bad, 0, "rank %d failed (its message is above)", bad - 1);
-}
 
 /* Which path private buffers take needs single copy to be possible at all (else the
  * direct algorithms are never chosen and bounce is picked directly; same result). */
 Test(bounce, private_buffers_every_collective_exact, .timeout = 180) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
-  run_processes(2, rank_private);
+  fork_ranks_run("host", 2, rank_private);
 }
 
 Test(bounce, forced_counts_below_rank_count, .timeout = 180) {
-  run_processes(3, rank_forced_small);
+  fork_ranks_run("host", 3, rank_forced_small);
 }
 
 Test(bounce, mixed_buffers_bounce_on_every_rank, .timeout = 180) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
-  if (!cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
-  run_processes(2, rank_mixed);
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  fork_ranks_run("host", 2, rank_mixed);
 }
 
 Test(bounce, exported_buffers_stay_zero_copy, .timeout = 180) {
-  if (!cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
-  run_processes(2, rank_exported);
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  fork_ranks_run("host", 2, rank_exported);
 }

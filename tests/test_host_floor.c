@@ -15,17 +15,9 @@
 #include <unistd.h>
 
 #include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream */
+#include "fork_ranks.h"
 #include "ul_core.h"
 
-#define STEP(k, cond, ...)                                       \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      fprintf(stderr, "rank %d step %d: ", me, k);               \
-      fprintf(stderr, __VA_ARGS__);                              \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);         \
-      return k;                                                  \
-    }                                                            \
-  } while (0)
 
 /* 8 MiB of floats: above UL__NT_MIN_BYTES, so outputs are stored streaming. */
 #define BIG ((size_t)2 << 20)
@@ -40,17 +32,6 @@ static void register_hostold(void) {
   old_ops.description = "the host backend's table cut at ABI 1.3 (no floor ops)";
   old_ops.struct_size = offsetof(ul_backend_ops_t, peer_copy_ready);
   cr_assert_eq(ul__registry_add(&old_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
-}
-
-static int cma_allowed(void) {
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (f) {
-    if (fscanf(f, "%d", &scope) != 1) scope = 0;
-    fclose(f);
-  }
-  /* scope 1 allows it only to ancestors (or with CAP_SYS_PTRACE): sibling ranks cannot */
-  return !(scope >= 2 || (scope == 1 && geteuid() != 0));
 }
 
 static float val(int rank, size_t i) { return (float)((rank + 1) * 3 + (int)(i % 5)); }
@@ -246,30 +227,13 @@ static int rank_new(ul_unique_id_t id, int n, int me) {
   return 0;
 }
 
-static void run_processes(const char *backend, int n, int (*fn)(ul_unique_id_t, int, int)) {
-  ul_unique_id_t id;
-  cr_assert_eq(ul_get_unique_id(backend, &id), UL_OK, "%s", ul_last_error());
-  pid_t pids[8];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    cr_assert_neq(pids[r], -1);
-    if (pids[r] == 0) _exit(fn(id, n, r));
-  }
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = r + 1;
-  }
-  cr_assert_eq(bad, 0, "rank %d failed (its message is above)", bad - 1);
-}
 
 Test(floor, processes_without_peer_ops_fall_back_to_scratch, .timeout = 120) {
   register_hostold();
-  run_processes("hostold", 2, rank_old);
+  fork_ranks_run("hostold", 2, rank_old);
 }
 
 Test(floor, processes_with_peer_ops_take_single_copy, .timeout = 120) {
-  if (!cma_allowed()) cr_skip_test("Yama ptrace_scope forbids process_vm_readv between ranks");
-  run_processes("host", 3, rank_new);
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids process_vm_readv between ranks");
+  fork_ranks_run("host", 3, rank_new);
 }

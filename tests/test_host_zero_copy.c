@@ -15,15 +15,9 @@
 #include <unistd.h>
 #include <unilink/unilink.h>
 
-#define CHECK(cond, ...)                                 \
-  do {                                                   \
-    if (!(cond)) {                                       \
-      fprintf(stderr, "rank %d: ", me);                  \
-      fprintf(stderr, __VA_ARGS__);                      \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__); \
-      return 1;                                          \
-    }                                                    \
-  } while (0)
+#include "fork_ranks.h"
+
+#define CHECK(cond, ...) STEP(1, cond, __VA_ARGS__)
 
 /* Large enough for the direct algorithms (above the staged one-shot limit). */
 #define COUNT ((size_t)70001)
@@ -167,36 +161,18 @@ static int rank_main(ul_unique_id_t id, int n, int me, int mode) {
   return bad;
 }
 
+static int run_mode; /* the forked ranks inherit it */
+static int rank_entry(ul_unique_id_t id, int n, int me) { return rank_main(id, n, me, run_mode); }
+
 static void run_processes(int n, int mode) {
-  ul_unique_id_t id;
-  cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "%s", ul_last_error());
-  pid_t pids[8];
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    cr_assert_neq(pids[r], -1);
-    if (pids[r] == 0) _exit(rank_main(id, n, r, mode));
-  }
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    bad |= !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  }
-  cr_assert_eq(bad, 0, "a rank failed (see its message above)");
+  run_mode = mode;
+  fork_ranks_run("host", n, rank_entry);
 }
 
 static void need_cma(void) {
   /* The direct algorithms between processes need process_vm_readv (ptrace scope). */
-  FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  int scope = 0;
-  if (f) {
-    if (fscanf(f, "%d", &scope) != 1) scope = 0;
-    fclose(f);
-  }
-  /* scope 1 allows it only to ancestors (or with CAP_SYS_PTRACE): sibling ranks cannot */
-  if (scope >= 2 || (scope == 1 && geteuid() != 0))
-    cr_skip_test("kernel.yama.ptrace_scope=%d forbids process_vm_readv between sibling ranks",
-                 scope);
+  if (!fork_ranks_cma_allowed())
+    cr_skip_test("kernel.yama.ptrace_scope forbids process_vm_readv between sibling ranks");
 }
 
 Test(host_zero_copy, ul_mem_2, .timeout = 120) { need_cma(); run_processes(2, MEM_UL); }

@@ -24,19 +24,11 @@ static size_t piece_count(size_t len, size_t k, size_t pe) {
   return k * pe >= len ? 0 : len - k * pe < pe ? len - k * pe : pe;
 }
 
-/* Local copy of a received or reduced piece into a user buffer: streaming stores when
- * the call's output is large (it would evict the inputs still to be read). */
-static ul_result_t out_copy(algo_ctx_t *x, void *dst, const void *src, size_t bytes, int nt) {
-  if (dst == src || bytes == 0) return UL_OK;
-  if (nt && x->host && x->g->copy_stream) return x->o->copy_stream(BC(x), dst, src, bytes, x->bs);
-  return COPY(x, dst, src, bytes);
-}
-
 /* Receive piece k from peer p into dst (nb bytes). */
 static ul_result_t recv_into(algo_ctx_t *x, int p, void *dst, size_t nb, int nt) {
   void *in;
   UL_CHECK(ul__ch_recv_begin(x->g, p, &in, x->bs));
-  UL_CHECK(out_copy(x, dst, in, nb, nt));
+  UL_CHECK(ul__out_copy(x, dst, in, nb, nt));
   return ul__ch_recv_end(x->g, p, x->bs);
 }
 
@@ -96,7 +88,7 @@ static ul_result_t bounce_reduce(algo_ctx_t *x, int allreduce) {
       }
       for (int i = 1; i < n; i++) UL_CHECK(ul__ch_recv_end(g, (me + i) % n, x->bs));
       if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, c));
-      UL_CHECK(out_copy(x, own, acc, c * es, nt));
+      UL_CHECK(ul__out_copy(x, own, acc, c * es, nt));
       /* 3. allreduce: the reduced piece to every peer */
       if (allreduce)
         for (int i = 1; i < n; i++) UL_CHECK(ul__ch_send(g, (me + i) % n, acc, c * es, x->bs));
@@ -132,7 +124,7 @@ static ul_result_t bounce_exchange(algo_ctx_t *x, int alltoall) {
       const char *src = alltoall ? at(a->sendbuf, (size_t)p * cnt, es) : a->sendbuf;
       UL_CHECK(ul__ch_send(g, p, at(src, k * pe, es), nb, x->bs));
     }
-    UL_CHECK(out_copy(x, at(a->recvbuf, (size_t)me * cnt + k * pe, es), at(mine, k * pe, es),
+    UL_CHECK(ul__out_copy(x, at(a->recvbuf, (size_t)me * cnt + k * pe, es), at(mine, k * pe, es),
                       nb, nt));
     for (int i = 1; i < n; i++) {
       int p = (me + n - i) % n;
@@ -158,7 +150,7 @@ UL__HIDDEN ul_result_t ul__bounce_broadcast(algo_ctx_t *x) {
     if (me == root) {
       for (int i = 1; i < n; i++)
         UL_CHECK(ul__ch_send(g, (me + i) % n, at(a->sendbuf, k * pe, es), nb, x->bs));
-      UL_CHECK(out_copy(x, at(a->recvbuf, k * pe, es), at(a->sendbuf, k * pe, es), nb, nt));
+      UL_CHECK(ul__out_copy(x, at(a->recvbuf, k * pe, es), at(a->sendbuf, k * pe, es), nb, nt));
     } else {
       UL_CHECK(recv_into(x, root, at(a->recvbuf, k * pe, es), nb, nt));
     }

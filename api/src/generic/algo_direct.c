@@ -17,15 +17,6 @@ static size_t piece_elems(algo_ctx_t *x) {
   return e ? e : 1;
 }
 
-/* Local copy of an output piece: streaming when large and host memory (the backend's
- * copy_stream; copy_local where it has none). */
-static ul_result_t out_copy(algo_ctx_t *x, void *dst, const void *src, size_t bytes, int nt) {
-  if (dst == src || bytes == 0) return UL_OK;
-  if (nt && x->host && x->g->copy_stream)
-    return x->o->copy_stream(BC(x), dst, src, bytes, x->bs);
-  return COPY(x, dst, src, bytes);
-}
-
 /* Single copy with a peer process through the backend (peer_read/peer_write). Its
  * sentence (lost ranks named, or the system error) gets the operation in front. */
 static ul_result_t peer_copy(algo_ctx_t *x, int peer, void *local, void *remote, size_t bytes,
@@ -64,7 +55,7 @@ static ul_result_t pull(algo_ctx_t *x, int r, void *dst, const void *remote, siz
   const void *src = local_send(x, r, remote);
   if (!src) return peer_copy(x, r, dst, (void *)remote, bytes, 0);
   if (dst == src) return UL_OK;
-  return out_copy(x, dst, src, bytes, x->nt_pull);
+  return ul__out_copy(x, dst, src, bytes, x->nt_pull);
 }
 
 /* Copy local src to peer r's recv buffer at remote (its own address). */
@@ -73,7 +64,7 @@ static ul_result_t push(algo_ctx_t *x, int r, void *remote, const void *src, siz
   if (bytes == 0) return UL_OK;
   void *dst = local_recv(x, r, remote);
   if (!dst) return peer_copy(x, r, (void *)src, remote, bytes, 1);
-  return out_copy(x, dst, src, bytes, nt);
+  return ul__out_copy(x, dst, src, bytes, nt);
 }
 
 /* Bytes of the send and receive buffers a collective touches on this rank. */
@@ -219,7 +210,7 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
     void *acc = (own && (inplace || (!nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)))) ? own : t0;
     UL_CHECK(reduce_piece(x, acc, e0, cnt, first));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
-    if (own) UL_CHECK(out_copy(x, own, acc, nb, nt));
+    if (own) UL_CHECK(ul__out_copy(x, own, acc, nb, nt));
     if (kind == DR_ALLREDUCE) {
       for (int i = 1; i < n; i++) {
         int r = (me + i) % n;

@@ -1,7 +1,8 @@
 /* Selection of the generic collective algorithms over the channels and direct access of
  * generic.c. Each algorithm is written once, as rank arithmetic (pattern.c) plus calls to
  * the backend's put/signal/wait/reduce/copy, in one file per family (algo_direct.c,
- * algo_staged.c, algo_pipelined.c, vcoll.c); the table below picks one per call. */
+ * algo_bounce.c, algo_staged.c, algo_pipelined.c, vcoll.c); the table below picks one per
+ * call. */
 #include <stdio.h>
 #include <string.h>
 

@@ -150,6 +150,16 @@ UL__HIDDEN size_t ul__tuning_staging_bytes(const ul__generic_t *g);
  * stays in the shared cache, where the next iteration or consumer finds it. */
 #define UL__NT_MIN_BYTES ((size_t)4 << 20)
 
+/* Local copy of an output piece into a user buffer: streaming stores when nt (a large
+ * output that would evict the inputs still to be read; the backend's copy_stream,
+ * copy_local where it has none). */
+static inline ul_result_t ul__out_copy(algo_ctx_t *x, void *dst, const void *src, size_t bytes,
+                                       int nt) {
+  if (dst == src || bytes == 0) return UL_OK;
+  if (nt && x->host && x->g->copy_stream) return x->o->copy_stream(BC(x), dst, src, bytes, x->bs);
+  return COPY(x, dst, src, bytes);
+}
+
 static inline ul_result_t ul__copy_if_needed(algo_ctx_t *x, void *dst, const void *src,
                                              size_t cnt) {
   if (dst == src || cnt == 0) return UL_OK;
