@@ -359,16 +359,21 @@ Test(host_backend, processes_4, .timeout = 120) {
   assert_no_segments(id);
 }
 
-Test(host_backend, init_all_4, .timeout = 60) {
-  need_host();
-  ul_backend_comm_args_t a[4];
-  ul_backend_comm_props_t props[4];
-  ul_backend_comm_t *comms[4];
-  for (int r = 0; r < 4; r++) {
-    a[r] = make_args(NULL, r, 4, TIMEOUT_MS, NULL);
+/* n thread ranks of one comm_init_all (n <= 8). */
+static void init_all(int n, ul_backend_comm_t **comms, ul_backend_comm_props_t *props) {
+  ul_backend_comm_args_t a[8];
+  for (int r = 0; r < n; r++) {
+    a[r] = make_args(NULL, r, n, TIMEOUT_MS, NULL);
     props[r] = make_props();
   }
-  cr_assert_eq(H->comm_init_all(a, 4, comms, props), UL_OK, "%s", ul_last_error());
+  cr_assert_eq(H->comm_init_all(a, n, comms, props), UL_OK, "%s", ul_last_error());
+}
+
+Test(host_backend, init_all_4, .timeout = 60) {
+  need_host();
+  ul_backend_comm_props_t props[4];
+  ul_backend_comm_t *comms[4];
+  init_all(4, comms, props);
   thread_rank_t t[4];
   pthread_t th[4];
   for (int r = 0; r < 4; r++) {
@@ -774,14 +779,9 @@ Test(host_backend, default_spin_is_a_time_budget, .timeout = 30) {
   need_host();
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: every rank count oversubscribes");
   unsetenv("UNILINK_HOST_SPIN");
-  ul_backend_comm_args_t a[2];
   ul_backend_comm_props_t props[2];
   ul_backend_comm_t *comms[2];
-  for (int r = 0; r < 2; r++) {
-    a[r] = make_args(NULL, r, 2, TIMEOUT_MS, NULL);
-    props[r] = make_props();
-  }
-  cr_assert_eq(H->comm_init_all(a, 2, comms, props), UL_OK, "%s", ul_last_error());
+  init_all(2, comms, props);
   int spin = comms[0]->spin;
   cr_assert(spin >= 6 && spin <= 1300, "spin %d pauses", spin); /* 1-200 ns a pause */
   double best = 1e9;

@@ -51,3 +51,14 @@ def run(fn, n, timeout_s, *args, expect_exit=()):
     if errors:
         raise AssertionError("\n".join(errors))
     return [results.get(r) for r in range(n)]
+
+
+def gloo_and_unilink(rank, world, store):
+    """In a worker: the default group on gloo and a group of the same ranks on unilink,
+    for tests that compare the two (warnings off: torch 1.13 warns about new groups)."""
+    import warnings
+    warnings.simplefilter("ignore")
+    import torch.distributed as dist
+    import unilink.torch  # noqa: F401  (registers the backend)
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
+    return dist.group.WORLD, dist.new_group(backend="unilink")

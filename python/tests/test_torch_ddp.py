@@ -7,7 +7,7 @@ import unittest
 import torch
 import torch.distributed as dist
 
-from _dist import run
+from _dist import gloo_and_unilink, run
 
 
 def train(group, rank, steps=8):
@@ -27,12 +27,8 @@ def train(group, rank, steps=8):
 
 
 def body(rank, world, store):
-    import warnings
-    warnings.simplefilter("ignore")
-    import unilink.torch  # noqa: F401
-    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
-    ul = dist.new_group(backend="unilink")
-    ref = train(dist.group.WORLD, rank)
+    gloo, ul = gloo_and_unilink(rank, world, store)
+    ref = train(gloo, rank)
     got = train(ul, rank)
     same = all(torch.equal(a, b) for a, b in zip(ref, got))
     # ranks agree with each other too (DDP keeps replicas in sync)

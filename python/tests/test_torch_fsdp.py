@@ -12,7 +12,7 @@ import unittest
 import torch
 import torch.distributed as dist
 
-from _dist import run
+from _dist import gloo_and_unilink, run
 
 
 def train(group, rank, steps=4):
@@ -37,12 +37,8 @@ def train(group, rank, steps=4):
 
 
 def body(rank, world, store):
-    import warnings
-    warnings.simplefilter("ignore")
-    import unilink.torch  # noqa: F401
-    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world)
-    ul = dist.new_group(backend="unilink")
-    ref = train(dist.group.WORLD, rank)
+    gloo, ul = gloo_and_unilink(rank, world, store)
+    ref = train(gloo, rank)
     got = train(ul, rank)
     dist.destroy_process_group()
     if ref[0] == "trained" and got[0] == "trained":
