@@ -190,6 +190,28 @@ static int rank_exported(ul_unique_id_t id, int n, int me) {
 }
 
 
+/* UNILINK_ALGO with a bare algorithm name applies to every collective that has it (as
+ * NCCL_ALGO=Ring does); one no collective has is refused by the call, naming it. */
+static int rank_bare_name(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  setenv("UNILINK_ALGO", "bounce", 1);
+  int bad = all_colls(c, me, n, 100, 0, "bounce", "shm-copy");
+  if (bad) return bad;
+  STEP(30, ul_barrier(c, NULL) == UL_OK, "barrier (has no bounce): %s", ul_comm_last_error(c));
+  setenv("UNILINK_ALGO", "allreduce:direct,bounce", 1); /* the named collective wins */
+  float x = 1, y = 0;
+  STEP(31, ul_allreduce(&x, &y, 1, UL_FP32, UL_SUM, c, NULL) == UL_OK, "allreduce: %s",
+       ul_comm_last_error(c));
+  if (check_call(c, me, "allreduce:direct", "direct", "cma")) return 90;
+  setenv("UNILINK_ALGO", "bouncy", 1);
+  ul_result_t rc = ul_allreduce(&x, &y, 1, UL_FP32, UL_SUM, c, NULL);
+  STEP(32, rc == UL_ERR_INVALID_ARG && strstr(ul_comm_last_error(c), "'bouncy'"),
+       "unknown bare name: %s: %s", ul_result_name(rc), ul_comm_last_error(c));
+  unsetenv("UNILINK_ALGO");
+  return comm_down(c, me);
+}
+
 /* Which path private buffers take needs single copy to be possible at all (else the
  * direct algorithms are never chosen and bounce is picked directly; same result). */
 Test(bounce, private_buffers_every_collective_exact, .timeout = 180) {
@@ -210,4 +232,9 @@ Test(bounce, mixed_buffers_bounce_on_every_rank, .timeout = 180) {
 Test(bounce, exported_buffers_stay_zero_copy, .timeout = 180) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   fork_ranks_run("host", 2, rank_exported);
+}
+
+Test(bounce, bare_algorithm_name_applies_to_every_collective, .timeout = 120) {
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  fork_ranks_run("host", 2, rank_bare_name);
 }

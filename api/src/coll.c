@@ -87,6 +87,17 @@ static void end_turn(ul_comm_t c) {
 /* ------------------------------------------------------------- overrides */
 
 /* UNILINK_ALGO="allreduce:ring,broadcast:native". Returns a static-per-thread copy. */
+/* A bare name (no "<collective>:") applies to every collective that has that algorithm,
+ * as NCCL_ALGO=Ring does; a name no collective has is passed on, so the call refuses it
+ * with a sentence naming it. */
+static int bare_algo_applies(ul_coll_t coll, const char *name) {
+  if (!strcmp(name, "native") || !strcmp(name, "ring") || !strcmp(name, "generic")) return 1;
+  if (ul__generic_algo_known(coll, name)) return 1;
+  for (int k = 0; k < UL_COLL_COUNT; k++)
+    if (ul__generic_algo_known((ul_coll_t)k, name)) return 0;
+  return 1;
+}
+
 static const char *algo_override(ul_coll_t coll) {
   static __thread char out[32];
   /* Per collective: skip the registry's lock in the usual case (ALGO is registered with
@@ -97,18 +108,23 @@ static const char *algo_override(ul_coll_t coll) {
   if (!spec || !spec[0]) return NULL;
   const char *name = ul_coll_name(coll);
   size_t nl = strlen(name);
-  const char *p = spec;
+  const char *p = spec, *bare = NULL;
+  size_t bare_len = 0;
   while (*p) {
     const char *e = strchr(p, ',');
     size_t len = e ? (size_t)(e - p) : strlen(p);
     if (len > nl && strncmp(p, name, nl) == 0 && p[nl] == ':' && len - nl - 1 < sizeof out) {
       memcpy(out, p + nl + 1, len - nl - 1);
       out[len - nl - 1] = '\0';
-      return out;
+      return out; /* "<collective>:<algorithm>" wins over a bare name */
     }
+    if (!bare && len > 0 && len < sizeof out && !memchr(p, ':', len)) bare = p, bare_len = len;
     p += len + (e ? 1 : 0);
   }
-  return NULL;
+  if (!bare) return NULL;
+  memcpy(out, bare, bare_len);
+  out[bare_len] = '\0';
+  return bare_algo_applies(coll, out) ? out : NULL;
 }
 
 /* --------------------------------------------------------- check mode */

@@ -31,6 +31,7 @@
     "folder of libunilink and the install folder")                                             \
   X(ALGO, STR, "", "core",                                                                     \
     "force algorithms: <collective>:<algorithm>[,...], e.g. \"allreduce:ring,broadcast:tree\"; " \
+    "a bare <algorithm> applies to every collective that has it; "                            \
     "algorithm is native, line, oneshot, staged, direct, bounce, ring, tree, pairwise, linear or " \
     "signal")                                                                                  \
   X(FAULT, STR, "", "test",                                                                    \
