@@ -86,7 +86,6 @@ static void end_turn(ul_comm_t c) {
 
 /* ------------------------------------------------------------- overrides */
 
-/* UNILINK_ALGO="allreduce:ring,broadcast:native". Returns a static-per-thread copy. */
 /* A bare name (no "<collective>:") applies to every collective that has that algorithm,
  * as NCCL_ALGO=Ring does; a name no collective has is passed on, so the call refuses it
  * with a sentence naming it. */
@@ -98,6 +97,7 @@ static int bare_algo_applies(ul_coll_t coll, const char *name) {
   return 1;
 }
 
+/* UNILINK_ALGO="allreduce:ring,broadcast:native". Returns a static-per-thread copy. */
 static const char *algo_override(ul_coll_t coll) {
   static __thread char out[32];
   /* Per collective: skip the registry's lock in the usual case (ALGO is registered with

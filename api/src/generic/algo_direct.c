@@ -123,7 +123,6 @@ static ul_result_t publish(algo_ctx_t *x) {
  * closing barrier: a rank leaving early would rewrite its mailbox while a peer still
  * reads it in publish. */
 static ul_result_t bounce_instead(algo_ctx_t *x, ul_result_t (*run)(algo_ctx_t *)) {
-  x->ran = "bounce";
   UL_CHECK(run(x));
   return ul__generic_barrier(x->c, x->bs, NULL);
 }

@@ -194,7 +194,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
                   a->op == UL_AVG ? UL_SUM : a->op,
                   (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0, 0,
-                  forced != NULL, NULL};
+                  forced != NULL};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
@@ -253,8 +253,8 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   }
   ul__copy_str(info->algorithm, sizeof info->algorithm, al->name);
   ul_result_t rc = al->run(&x);
-  if (x.ran) { /* the direct algorithm handed over to a bounce one (algo_direct.c) */
-    ul__copy_str(info->algorithm, sizeof info->algorithm, x.ran);
+  if (x.bounce) { /* the direct algorithm handed over to a bounce one (algo_direct.c) */
+    ul__copy_str(info->algorithm, sizeof info->algorithm, "bounce");
     ul__copy_str(info->path, sizeof info->path, "shm-copy");
     ul__copy_str(info->reason, sizeof info->reason,
                  "process ranks, buffers peers cannot map (not from ul_mem_alloc): cache-sized "

@@ -99,8 +99,7 @@ typedef struct ul__algo_ctx {
   /* after publish: some buffer peers would reach is not mapped anywhere (malloc), so
    * the direct algorithm bounces through the scratch instead (algo_bounce.c) */
   int bounce;
-  int forced;      /* UNILINK_ALGO named the algorithm: no handing over */
-  const char *ran; /* the algorithm that ran, when the selected one handed over */
+  int forced; /* UNILINK_ALGO named the algorithm: no handing over */
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
