@@ -47,6 +47,31 @@ static int add_region(const fakemem_region_t *r) {
   return 0;
 }
 
+/* A freed allocation's addresses stay reserved (inaccessible) for the next
+ * RETIRED_MAX frees, as a GPU's virtual addresses are never handed to host malloc: a
+ * copy that reads freed device memory then faults every time. Unmapped at once, the
+ * hole could be refilled by any host mmap (ASan's allocator, another thread) before the
+ * copy runs, and the copy would succeed by chance. Called with g_lock held. */
+enum { RETIRED_MAX = 256 };
+static struct {
+  void *base;
+  size_t size;
+} g_retired[RETIRED_MAX];
+static unsigned g_retired_next;
+
+static void retire_address(void *pub, size_t size) {
+  void *r = mmap(pub, size, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (r == MAP_FAILED) {
+    munmap(pub, size);
+    return;
+  }
+  unsigned i = g_retired_next++ % RETIRED_MAX;
+  if (g_retired[i].base) munmap(g_retired[i].base, g_retired[i].size);
+  g_retired[i].base = pub;
+  g_retired[i].size = size;
+}
+
 static void raise_fd_limit_once(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -126,8 +151,8 @@ int fakemem_free(void *pub) {
     if (g_regions[i].pub == pub) {
       fakemem_region_t r = g_regions[i];
       g_regions[i] = g_regions[--g_count];
+      retire_address(r.pub, r.size);
       pthread_mutex_unlock(&g_lock);
-      munmap(r.pub, r.size);
       munmap(r.priv, r.size);
       close(r.fd);
       return 0;
