@@ -378,6 +378,38 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
+/* Small broadcasts go in flagged lines through a ring of 16 per root, and a root may run
+ * ahead of its readers until a slot comes round again, when it waits for their credits
+ * (one every 4 broadcasts). Runs of 40 broadcasts from one root while its readers lag,
+ * then roots that change every call; in place and out of place; counts of one line, two,
+ * the 19-line limit (1064 bytes) and one past it (staged). A slot rewritten before its
+ * reader read it, or a credit counted wrong (a hang or a wrong value), fails here. */
+static int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
+  static const size_t cnts[] = {1, 14, 15, 266, 2, 267, 7};
+  int32_t in[267], out[267];
+  for (int it = 0; it < 1200; it++) {
+    int root = it < 400 ? (it / 40) % n : it % n;
+    size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
+    if (me != root && it % 13 == 0) usleep(300); /* readers lag; the root goes on */
+    int inplace = (it / 5) % 2;
+    for (size_t i = 0; i < cnt; i++) {
+      in[i] = (int32_t)(root * 100000 + it * 10 + (int)i);
+      out[i] = me == root && inplace ? in[i] : -1;
+    }
+    ul_call_info_t info = {.struct_size = sizeof info};
+    CHECK(ul_broadcast(inplace ? out : in, out, cnt, UL_INT32, root, c, NULL) == UL_OK,
+          "bcast %d: %s", it, ul_comm_last_error(c));
+    for (size_t i = 0; i < cnt; i++)
+      CHECK(out[i] == (int32_t)(root * 100000 + it * 10 + (int)i),
+            "rank %d bcast %d (root %d, %zu) [%zu] = %d", me, it, root, cnt, i, out[i]);
+    CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+    if (n > 1)
+      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 1064),
+            "rank %d bcast %d count %zu ran '%s'", me, it, cnt, info.algorithm);
+  }
+  return 0;
+}
+
 /* UNILINK_TUNING_FILE (tests below): broadcast staged up to 1 MiB, allgather never. */
 static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf);
 static int tuned_selection(ul_comm_t c, int me, int n) {
@@ -464,3 +496,4 @@ RANK_TESTS(streams_inflight)
 RANK_TESTS(split_even_odd)
 RANK_TESTS(staged_run_ahead)
 RANK_TESTS(line_run_ahead)
+RANK_TESTS(line_broadcast_run_ahead)

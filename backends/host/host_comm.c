@@ -144,15 +144,14 @@ static size_t host_comm_ctrl_size(int nranks) {
   return (s + page - 1) / page * page;
 }
 
-static int host_comm_spin(int nranks) {
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+static int host_comm_spin(int oversubscribed) {
   int64_t spin = ul_backend_param_int(
       "HOST_SPIN", -1,
       "Host backend: pause iterations a waiter spins before yielding (-1: as many as take "
       "1.3 us here, or 8 when ranks outnumber CPUs)");
   if (spin >= 0) return spin > 1000000 ? 1000000 : (int)spin;
   /* Oversubscribed: the peer we wait for needs our core, so give it up soon. */
-  if (ncpu > 0 && nranks > ncpu) return HOST_SPIN_OVERSUBSCRIBED;
+  if (oversubscribed) return HOST_SPIN_OVERSUBSCRIBED;
   return (int)(HOST_SPIN_BUDGET_NS / host_pause_ns());
 }
 
@@ -173,9 +172,9 @@ static ul_backend_comm_t *host_comm_alloc(const ul_backend_comm_args_t *a) {
   c->nranks = a->nranks;
   c->timeout_ms = a->timeout_ms > 0 ? a->timeout_ms : 0;
   c->abort_flag = a->abort_flag;
-  c->spin = host_comm_spin(a->nranks);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   c->oversubscribed = ncpu > 0 && a->nranks > ncpu;
+  c->spin = host_comm_spin(c->oversubscribed);
   pthread_mutex_init(&c->lock, NULL);
   return c;
 }

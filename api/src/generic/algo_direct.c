@@ -94,24 +94,22 @@ static int all_exported(algo_ctx_t *x) {
   return 1;
 }
 
-/* Every direct algorithm starts here: publish buffers, learn how peers' are reached. */
-static ul_result_t publish(algo_ctx_t *x) {
+/* Every direct algorithm starts here: publish buffers, learn how peers' are reached.
+ * @bounce is the collective's bounce algorithm (NULL: none); x->bounce is set to it when
+ * the call should run it instead (the caller then returns bounce_instead(x)). */
+static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
   size_t sb, rb;
   coll_buffer_bytes(x, &sb, &rb);
   UL_CHECK(ul__publish(x->g, x->a->sendbuf, sb, x->a->recvbuf, rb, x->bs));
   x->zc = x->cma && x->g->zpeers == x->g->n - 1;
   /* Process ranks with private buffers: two copies through the shared cache beat one
-   * cross-memory-attach copy (decision 0014). Reduce, gather and scatter keep single
-   * copies: one rank moves all the data, and a channel would serialise it. Ranks
-   * outnumbering cores keep them too: every piece would wait for a peer to be scheduled
-   * (4 ranks on 2 cores: allreduce 64 MiB 41.6 ms bounced, 30.6 ms single-copy). */
-  ul_coll_t coll = x->a->coll;
-  x->bounce = !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
-              x->g->n <= x->g->ncpu &&
-              (coll == UL_COLL_ALLREDUCE || coll == UL_COLL_REDUCE_SCATTER ||
-               coll == UL_COLL_ALLGATHER || coll == UL_COLL_ALLTOALL ||
-               coll == UL_COLL_BROADCAST) &&
-              !all_exported(x);
+   * cross-memory-attach copy (decision 0014). Reduce, gather and scatter have no bounce
+   * algorithm: one rank moves all the data, and a channel would serialise it. Ranks
+   * outnumbering cores keep single copies too: every piece would wait for a peer to be
+   * scheduled (4 ranks on 2 cores: allreduce 64 MiB 41.6 ms bounced, 30.6 ms single-copy). */
+  int hand_over = bounce && !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
+                  !x->g->oversubscribed && !all_exported(x);
+  x->bounce = hand_over ? bounce : NULL;
   /* Pulled outputs (allgather, alltoall, broadcast, gather) as large as the allreduce's
    * streaming threshold are stored streaming too: allgather np=2 32 MiB went from 5.5 to
    * 3.0 ms (no read-for-ownership of 32 MiB of output), 4 MiB unchanged. */
@@ -119,11 +117,10 @@ static ul_result_t publish(algo_ctx_t *x) {
   return UL_OK;
 }
 
-/* A bounce algorithm in place of the direct one (x->bounce), then the direct algorithms'
- * closing barrier: a rank leaving early would rewrite its mailbox while a peer still
- * reads it in publish. */
-static ul_result_t bounce_instead(algo_ctx_t *x, ul_result_t (*run)(algo_ctx_t *)) {
-  UL_CHECK(run(x));
+/* The bounce algorithm publish chose, then the direct algorithms' closing barrier: a
+ * rank leaving early would rewrite its mailbox while a peer still reads it in publish. */
+static ul_result_t bounce_instead(algo_ctx_t *x) {
+  UL_CHECK(x->bounce(x));
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
@@ -178,9 +175,10 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
-  if (x->bounce)
-    return bounce_instead(x, kind == DR_ALLREDUCE ? ul__bounce_allreduce : ul__bounce_reduce_scatter);
+  UL_CHECK(publish(x, kind == DR_ALLREDUCE        ? ul__bounce_allreduce
+                      : kind == DR_REDUCE_SCATTER ? ul__bounce_reduce_scatter
+                                                  : NULL));
+  if (x->bounce) return bounce_instead(x);
   size_t off, len, total = kind == DR_REDUCE_SCATTER ? a->count * (size_t)n : a->count;
   if (kind == DR_REDUCE_SCATTER) {
     off = (size_t)me * a->count;
@@ -229,8 +227,8 @@ UL__HIDDEN ul_result_t ul__direct_reduce(algo_ctx_t *x) {
 UL__HIDDEN ul_result_t ul__direct_allgather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
-  if (x->bounce) return bounce_instead(x, ul__bounce_allgather);
+  UL_CHECK(publish(x, ul__bounce_allgather));
+  if (x->bounce) return bounce_instead(x);
   size_t bytes = a->count * x->esize;
   /* Pull every peer's block: reads are spread over all ranks. */
   for (int i = 0; i < g->n && bytes; i++) {
@@ -245,8 +243,8 @@ UL__HIDDEN ul_result_t ul__direct_allgather(algo_ctx_t *x) {
 UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
-  if (x->bounce) return bounce_instead(x, ul__bounce_broadcast);
+  UL_CHECK(publish(x, ul__bounce_broadcast));
+  if (x->bounce) return bounce_instead(x);
   const void *src = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   UL_CHECK(pull(x, a->root, a->recvbuf, src, a->count * x->esize));
   return ul__generic_barrier(x->c, x->bs, NULL);
@@ -255,8 +253,8 @@ UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x) {
 UL__HIDDEN ul_result_t ul__direct_alltoall(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
-  if (x->bounce) return bounce_instead(x, ul__bounce_alltoall);
+  UL_CHECK(publish(x, ul__bounce_alltoall));
+  if (x->bounce) return bounce_instead(x);
   size_t bytes = a->count * x->esize;
   for (int i = 0; i < g->n && bytes; i++) {
     int r = (g->me + i) % g->n;
@@ -270,7 +268,7 @@ UL__HIDDEN ul_result_t ul__direct_alltoall(algo_ctx_t *x) {
 UL__HIDDEN ul_result_t ul__direct_gather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
+  UL_CHECK(publish(x, NULL));
   void *rr = g->me == a->root ? a->recvbuf : ul__mailbox(g, a->root)->recv;
   void *dst = at(rr, (size_t)g->me * a->count, x->esize);
   UL_CHECK(push(x, a->root, dst, a->sendbuf, a->count * x->esize, 0));
@@ -280,7 +278,7 @@ UL__HIDDEN ul_result_t ul__direct_gather(algo_ctx_t *x) {
 UL__HIDDEN ul_result_t ul__direct_scatter(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
-  UL_CHECK(publish(x));
+  UL_CHECK(publish(x, NULL));
   const void *sb = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   UL_CHECK(pull(x, a->root, a->recvbuf, at(sb, (size_t)g->me * a->count, x->esize),
                 a->count * x->esize));

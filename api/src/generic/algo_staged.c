@@ -188,35 +188,37 @@ static char *line_at(const ul__generic_t *g, void *base, int src, uint64_t k, in
          (((size_t)src * 2 + (size_t)(k & 1)) * UL__LL_LINES + (size_t)i) * UL__LL_LINE;
 }
 
-/* Rank p's lines from this rank for epoch k: payload first, then the epoch. */
-static void line_push(const ul__generic_t *g, int p, uint64_t k, const void *src, size_t b) {
+/* b bytes from src into the lines from `line` on, each stamped with flag: payload first,
+ * then the flag (release order). */
+static void lines_write(char *line, uint64_t flag, const void *src, size_t b) {
   const char *s = src;
-  for (int i = 0; b > 0; i++) {
+  for (; b > 0; line += UL__LL_LINE) {
     size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
-    char *line = line_at(g, g->peer_bases[p], g->me, k, i);
     memcpy(line + sizeof(uint64_t), s, m);
-    __atomic_store_n((uint64_t *)line, k, __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)line, flag, __ATOMIC_RELEASE);
     s += m;
     b -= m;
   }
 }
 
-/* Rank q's data for epoch k, from this rank's own scratch into dst. */
-static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t b) {
+/* b bytes from the lines from `line` on (this rank's scratch), written by rank q with
+ * flag, into dst. A line not there within a short spin: the timed wait for q's signal
+ * sig to reach flag (q signals after writing its lines). */
+static ul_result_t lines_read(algo_ctx_t *x, const char *line, uint64_t flag, int q, int sig,
+                              void *dst, size_t b) {
   ul__generic_t *g = x->g;
   char *d = dst;
-  for (int i = 0; b > 0; i++) {
+  for (int i = 0; b > 0; i++, line += UL__LL_LINE) {
     size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
-    const char *line = line_at(g, g->scratch, q, k, i);
-    int spin = g->n > g->ncpu ? 0 : LINE_SPIN; /* oversubscribed: the peer needs our core */
-    while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k && spin-- > 0)
+    int spin = g->oversubscribed ? 0 : LINE_SPIN; /* the peer needs our core */
+    while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != flag && spin-- > 0)
       ul_backend_cpu_pause();
-    if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k) {
-      UL_CHECK(ul__gwait(g, UL__SIG_LL(g, q), k, q, x->bs));
-      if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != k)
+    if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != flag) {
+      UL_CHECK(ul__gwait(g, sig, flag, q, x->bs));
+      if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) != flag)
         return ul__comm_set_error(x->c, UL_ERR_INTERNAL,
-                                  "%s: rank %d signalled epoch %llu but its line %d holds %llu",
-                                  g->opname, q, (unsigned long long)k, i,
+                                  "%s: rank %d signalled %llu but its line %d holds %llu",
+                                  g->opname, q, (unsigned long long)flag, i,
                                   (unsigned long long)__atomic_load_n((const uint64_t *)line,
                                                                       __ATOMIC_ACQUIRE));
     }
@@ -225,6 +227,11 @@ static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t
     b -= m;
   }
   return UL_OK;
+}
+
+/* Rank q's data for epoch k, from this rank's own scratch into dst. */
+static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t b) {
+  return lines_read(x, line_at(x->g, x->g->scratch, q, k, 0), k, q, UL__SIG_LL(x->g, q), dst, b);
 }
 
 /* Bytes a rank sends each peer in ul__line_small. */
@@ -244,7 +251,8 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
   uint64_t k = ++g->ll_epoch;
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;
-    line_push(g, p, k, blocks ? at(a->sendbuf, (size_t)p * a->count, x->esize) : a->sendbuf, cb);
+    lines_write(line_at(g, g->peer_bases[p], me, k, 0), k,
+                blocks ? at(a->sendbuf, (size_t)p * a->count, x->esize) : a->sendbuf, cb);
   }
   for (int i = 1; i < n; i++)
     UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LL(g, me), x->bs));
@@ -276,4 +284,55 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
   memcpy(a->recvbuf, acc, cb);
   if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
   return UL_OK;
+}
+
+/* ------------------------------------------------------------ broadcast lines */
+
+/* A small broadcast has one writer, so the symmetric argument above (no
+ * acknowledgement) does not hold: a root may run ahead of its readers. Each root writes
+ * its j-th broadcast (counted alike on every rank) into ring slot j % UL__LB_SLOTS of
+ * every reader's scratch, flagged j + 1; readers return a credit signal every
+ * UL__LB_CREDIT broadcasts of a root, and the root waits for credits only when a slot
+ * comes round again. A reader's call is then one line transfer per 56 bytes and a local
+ * copy; the root's, one store per line and signal per reader (Open MPI's shared-memory
+ * fastbox costs the same line and no more). */
+static char *bcast_slot(const ul__generic_t *g, void *base, int root, uint64_t j) {
+  return (char *)base + g->lb_off +
+         ((size_t)root * UL__LB_SLOTS + (size_t)(j % UL__LB_SLOTS)) * UL__LB_LINES * UL__LL_LINE;
+}
+
+UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me, root = a->root;
+  size_t cb = ul__line_bytes(x);
+  uint64_t j = g->lb_count[root]++;
+  if (me != root) {
+    UL_CHECK(lines_read(x, bcast_slot(g, g->scratch, root, j), j + 1, root, UL__SIG_LB(g, root),
+                        a->recvbuf, cb));
+    if ((j + 1) % UL__LB_CREDIT == 0)
+      UL_CHECK(x->o->signal(BC(x), g->win, root, UL__SIG_LB_CREDIT(g, me), x->bs));
+    return UL_OK;
+  }
+  /* Slot j % SLOTS last held broadcast m = j - SLOTS. A reader's credit c means it read
+   * broadcasts 0 .. c * CREDIT - 1, so broadcast m is read once the reader has returned
+   * m / CREDIT + 1 credits; that count grows at every m that is a multiple of CREDIT,
+   * and only then is there something new to wait for. */
+  if (j >= UL__LB_SLOTS && (j - UL__LB_SLOTS) % UL__LB_CREDIT == 0) {
+    uint64_t need = (j - UL__LB_SLOTS) / UL__LB_CREDIT + 1;
+    for (int i = 1; i < n; i++) {
+      int p = (me + i) % n;
+      UL_CHECK(ul__gwait(g, UL__SIG_LB_CREDIT(g, p), need, p, x->bs));
+    }
+  } else if (n > 1) {
+    /* We write into peers' scratch: first make sure none has aborted (as ul__line_small). */
+    UL_CHECK(ul__gwait(g, UL__SIG_LB(g, (me + 1) % n), 0, (me + 1) % n, x->bs));
+  }
+  for (int i = 1; i < n; i++) {
+    int p = (me + i) % n;
+    lines_write(bcast_slot(g, g->peer_bases[p], root, j), j + 1, a->sendbuf, cb);
+  }
+  for (int i = 1; i < n; i++)
+    UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LB(g, me), x->bs));
+  return ul__copy_if_needed(x, a->recvbuf, a->sendbuf, a->count);
 }

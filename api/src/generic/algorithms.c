@@ -46,6 +46,7 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_ALLGATHER, "direct", NEED_DIRECT, ul__direct_allgather},
     {UL_COLL_ALLGATHER, "bounce", NEED_SHARED, ul__bounce_allgather},
     {UL_COLL_ALLGATHER, "ring", NEED_NONE, ul__ring_allgather},
+    {UL_COLL_BROADCAST, "line", NEED_SHARED, ul__line_broadcast},
     {UL_COLL_BROADCAST, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_BROADCAST, "direct", NEED_DIRECT, ul__direct_broadcast},
     {UL_COLL_BROADCAST, "bounce", NEED_SHARED, ul__bounce_broadcast},
@@ -75,15 +76,19 @@ int ul__generic_algo_known(ul_coll_t coll, const char *name) {
   return 0;
 }
 
+static int is_line(const algo_entry_t *e) {
+  return e->run == ul__line_small || e->run == ul__line_broadcast;
+}
+
 static int is_oneshot(const algo_entry_t *e) {
   return e->run == ul__oneshot_allreduce || e->run == ul__staged_oneshot_allreduce ||
-         e->run == ul__staged_small || e->run == ul__line_small;
+         e->run == ul__staged_small || is_line(e);
 }
 
 /* What a one-shot algorithm's size limit counts: bytes per peer, staged bytes, or the
  * message. */
 static size_t oneshot_bytes_of(const algo_entry_t *e, const algo_ctx_t *x, size_t bytes) {
-  if (e->run == ul__line_small) return ul__line_bytes(x);
+  if (is_line(e)) return ul__line_bytes(x);
   if (e->run == ul__staged_small) return ul__staged_bytes(x);
   return bytes;
 }
@@ -114,6 +119,7 @@ static int needs_met(const ul__generic_t *g, int needs) {
  * outnumbering cores it runs in turn, so the limit shrinks by (cores/ranks)^2 (4 ranks
  * on 2 cores: 8 KiB; measured in docs/performance.md). */
 static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
+  if (e->run == ul__line_broadcast) return UL__LB_MAX_BYTES;
   if (e->run == ul__line_small) return UL__LL_MAX_BYTES;
   if (e->run == ul__staged_oneshot_allreduce || e->run == ul__staged_small) return g->oneshot_bytes;
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
@@ -130,7 +136,7 @@ static size_t tuned_limit(const ul__generic_t *g, const algo_entry_t *e) {
 static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
   size_t t = tuned_limit(g, e);
   if (t != UL__UNTUNED) return t < oneshot_capacity(g, e) ? t : oneshot_capacity(g, e);
-  if (e->run == ul__staged_oneshot_allreduce && g->n > g->ncpu) {
+  if (e->run == ul__staged_oneshot_allreduce && g->oversubscribed) {
     double f = (double)g->ncpu / g->n;
     return (size_t)((double)g->oneshot_bytes * f * f) & ~(size_t)63;
   }
@@ -145,17 +151,22 @@ static ul_result_t zero_count_call(ul_call_info_t *info) {
   return UL_OK;
 }
 
-/* Why the selection loop picked @p al for @p bytes, kept in g->reason until either
- * changes. */
+/* Why the selection loop picked @p al for @p bytes, kept in g->reason[coll] until
+ * either changes. */
 static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes) {
   ul__generic_t *g = x->g;
-  char *r = g->reason;
-  size_t rl = sizeof g->reason;
+  char *r = g->reason[x->a->coll].text;
+  size_t rl = sizeof g->reason[x->a->coll].text;
   char over[64] = ""; /* why not the one-shot allreduce */
   if (x->a->coll == UL_COLL_ALLREDUCE && g->shared_scratch && g->oneshot_bytes)
     snprintf(over, sizeof over, "%zu bytes > %zu one-shot limit; ", bytes,
              oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot")));
-  if (al->run == ul__line_small)
+  if (al->run == ul__line_broadcast)
+    snprintf(r, rl,
+             "%zu bytes <= %d: written into readers' scratch in flagged cache lines, no "
+             "staging, readers' credits every %d broadcasts",
+             ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
+  else if (al->run == ul__line_small)
     snprintf(r, rl,
              "%zu bytes a peer <= %d: written into peers' scratch in flagged cache lines, no "
              "staging, no acknowledgement",
@@ -184,17 +195,17 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot-channel")));
   else
     snprintf(r, rl, "peers not load/store reachable (path %s)", x->c->props.path);
-  g->reason_algo = al;
-  g->reason_bytes = bytes;
+  g->reason[x->a->coll].algo = al;
+  g->reason[x->a->coll].bytes = bytes;
 }
 
 static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
                                       ul_backend_stream_t *bs, ul_call_info_t *info) {
   ul__generic_t *g = comm->generic;
-  algo_ctx_t x = {g, comm, &comm->backend->ops, a, bs, ul_dtype_size(a->dtype),
-                  a->op == UL_AVG ? UL_SUM : a->op,
-                  (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0, 0, 0, 0, 0,
-                  forced != NULL};
+  algo_ctx_t x = {.g = g, .c = comm, .o = &comm->backend->ops, .a = a, .bs = bs,
+                  .esize = ul_dtype_size(a->dtype), .rop = a->op == UL_AVG ? UL_SUM : a->op,
+                  .host = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0,
+                  .forced = forced != NULL};
   if (a->coll == UL_COLL_BARRIER) x.esize = 1;
   g->seq = comm->seq;
   g->opname = ul_coll_name(a->coll);
@@ -241,8 +252,9 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
     }
     if (!al) return ul__comm_set_error(comm, UL_ERR_INTERNAL, "no generic algorithm for %s",
                                        ul_coll_name(a->coll));
-    if (g->reason_algo != al || g->reason_bytes != bytes) selection_reason(&x, al, bytes);
-    ul__copy_str(info->reason, sizeof info->reason, g->reason);
+    if (g->reason[a->coll].algo != al || g->reason[a->coll].bytes != bytes)
+      selection_reason(&x, al, bytes);
+    ul__copy_str(info->reason, sizeof info->reason, g->reason[a->coll].text);
   }
   /* Which data path this call took. */
   if (al->needs == NEED_DIRECT && !g->load_store) {

@@ -99,7 +99,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->oneshot_bytes = os;
   g->hdr_off = g->oneshot_off + 2 * os;
   g->ll_off = g->hdr_off + (((size_t)n * UL__NBUF * sizeof(uint64_t) + 63) & ~(size_t)63);
-  g->scratch_size = g->ll_off + UL__LL_REGION(n);
+  g->lb_off = g->ll_off + UL__LL_REGION(n);
+  g->scratch_size = g->lb_off + UL__LB_REGION(n);
   g->sent = calloc((size_t)n, sizeof *g->sent);
   g->recvd = calloc((size_t)n, sizeof *g->recvd);
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
@@ -108,8 +109,9 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->ready_expect = calloc((size_t)n, sizeof *g->ready_expect);
   g->done_expect = calloc((size_t)n, sizeof *g->done_expect);
   g->slot_need = calloc((size_t)n * UL__STAGE_SLOTS, sizeof *g->slot_need);
+  g->lb_count = calloc((size_t)n, sizeof *g->lb_count);
   if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->ready_expect ||
-      !g->done_expect || !g->slot_need) {
+      !g->done_expect || !g->slot_need || !g->lb_count) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
   }
@@ -123,7 +125,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
    * device scratch has no host-visible mailbox (shared_scratch is then 0). */
   if (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) {
     memset(g->scratch, 0, UL__MAILBOX_BYTES);
-    memset((char *)g->scratch + g->ll_off, 0, UL__LL_REGION(n)); /* epoch 0: nothing written */
+    /* epoch 0: nothing written */
+    memset((char *)g->scratch + g->ll_off, 0, UL__LL_REGION(n) + UL__LB_REGION(n));
   }
   rc = o->window_register(comm->bcomm, g->scratch, g->scratch_size, UL__NSIG_GENERIC(n), &g->win,
                           g->peer_bases);
@@ -160,6 +163,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
       return rc;
     }
   }
+  g->oversubscribed = n > g->ncpu;
   UL_INFO("INIT",
           "generic layer: chunk %zu B, scratch %zu B/rank, direct %s, single-copy %s, zero-copy "
           "%s",
@@ -178,6 +182,7 @@ void ul__generic_fini_state(ul__generic_t *g) {
   free(g->ready_expect);
   free(g->done_expect);
   free(g->slot_need);
+  free(g->lb_count);
   free(g);
 }
 

@@ -11,7 +11,9 @@
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
 #define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
-#define UL__NSIG_GENERIC(n) (6 * (n) + 16)
+#define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us */
+#define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of ours */
+#define UL__NSIG_GENERIC(n) (8 * (n) + 16)
 
 #define UL__UNTUNED ((size_t)-1)
 #define UL__STAGED_MAX_BYTES ((size_t)1 << 20) /* largest staging area a rank keeps */
@@ -23,6 +25,16 @@
 #define UL__LL_LINES 74 /* 4144 bytes a peer: a 4 KiB allreduce */
 #define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
 #define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
+/* Broadcast lines (ul__line_broadcast): per root, a ring of UL__LB_SLOTS broadcasts of
+ * UL__LB_LINES lines each; readers return credits every UL__LB_CREDIT broadcasts. Up to
+ * 1 KiB: beyond it the root's stores into lines its readers hold cost more than readers
+ * pulling a staged copy (np2, b2b: 2 KiB 1.66-1.72 us against 1.24-2.04, 4 KiB 2.2-2.6
+ * against 1.1-1.3; 512 B 0.7-1.0 against 1.0-1.4). */
+#define UL__LB_SLOTS 16
+#define UL__LB_CREDIT 4
+#define UL__LB_LINES 19
+#define UL__LB_MAX_BYTES (UL__LB_LINES * UL__LL_PAYLOAD)
+#define UL__LB_REGION(n) ((size_t)(n) * UL__LB_SLOTS * UL__LB_LINES * UL__LL_LINE)
 
 typedef struct ul__mailbox {
   const void *send;
@@ -56,6 +68,9 @@ typedef struct ul__generic {
   int cma;            /* user buffers private, but the backend's peer_read/write reach them */
   int zcopy;          /* backend maps peers' mem_alloc memory (mem_export/import) */
   int ncpu;           /* CPUs online, the same on every rank (min over process ranks) */
+  /* ranks outnumber ncpu: a waiter's peer needs its core, and work done by every rank
+   * in parallel elsewhere runs in turn (selection and spinning change) */
+  int oversubscribed;
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
   int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
@@ -67,6 +82,8 @@ typedef struct ul__generic {
    * UL__UNTUNED: the built-in limit */
   size_t staged_max[2][UL_COLL_COUNT];
   uint64_t ll_epoch;                 /* flagged-line operations run so far */
+  size_t lb_off;                     /* broadcast lines, UL__LB_REGION(n) bytes */
+  uint64_t *lb_count;                /* per root: line broadcasts it has made so far */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
@@ -75,11 +92,15 @@ typedef struct ul__generic {
   const char *opname;
   uint64_t coll_seq; /* collectives entered on this communicator (the same on all ranks) */
   int in_coll;       /* inside one: a timeout lists the ranks that have not entered it */
-  /* The last selection's reason text, formatted once per (algorithm, bytes) instead of on
-   * every call: a small collective costs a few hundred nanoseconds, snprintf a hundred. */
-  const void *reason_algo;
-  size_t reason_bytes;
-  char reason[192];
+  /* Per collective, the last selection's reason text, formatted once per (algorithm,
+   * bytes) instead of on every call: a small collective costs a few hundred nanoseconds,
+   * snprintf a hundred, and code alternating two collectives (a barrier and a broadcast)
+   * would otherwise format on every call. */
+  struct {
+    const void *algo;
+    size_t bytes;
+    char text[192];
+  } reason[UL_COLL_COUNT];
   int copy_stream; /* backend has copy_stream (streaming stores for large outputs) */
 } ul__generic_t;
 
@@ -97,8 +118,8 @@ typedef struct ul__algo_ctx {
   int zc;      /* after publish: every peer's buffers are mapped here (zero-copy) */
   int nt_pull; /* after publish: pulled output is large, store it streaming */
   /* after publish: some buffer peers would reach is not mapped anywhere (malloc), so
-   * the direct algorithm bounces through the scratch instead (algo_bounce.c) */
-  int bounce;
+   * the direct algorithm runs this bounce one through the scratch instead (algo_bounce.c) */
+  ul_result_t (*bounce)(struct ul__algo_ctx *x);
   int forced; /* UNILINK_ALGO named the algorithm: no handing over */
 } algo_ctx_t;
 
@@ -192,6 +213,8 @@ UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
  * data pushed into peers' scratch in flagged cache lines, up to UL__LL_MAX_BYTES a peer
  * (ul__line_bytes). */
 UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x);
+/* A small broadcast in flagged lines: per-root rings, credits in batches. */
+UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x);
 UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x);
 /* algo_bounce.c: process ranks' private buffers, piece by piece through the channels
  * with every peer directly (what the direct algorithms do when peers cannot map them). */
