@@ -410,6 +410,55 @@ static int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
+/* UNILINK_ALGO is read on every call through a per-thread cache of where it sits in the
+ * environment: every way of changing the environment must still be seen on the next call
+ * (overwrite, unset, another variable appended or removed before it, putenv). */
+static int algo_forced(ul_comm_t c, const char *want) {
+  float x = 1, y = 0;
+  ul_call_info_t info = {.struct_size = sizeof info};
+  CHECK(ul_allreduce(&x, &y, 1, UL_FP32, UL_SUM, c, NULL) == UL_OK, "allreduce: %s",
+        ul_comm_last_error(c));
+  CHECK(y == 1.0f, "allreduce of one rank gave %g", y);
+  CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+  int forced = strstr(info.reason, "UNILINK_ALGO") != NULL;
+  if (!want) CHECK(!forced, "ran '%s' (%s), UNILINK_ALGO is unset", info.algorithm, info.reason);
+  else CHECK(forced && !strcmp(info.algorithm, want), "ran '%s' (%s), want '%s'", info.algorithm,
+             info.reason, want);
+  return 0;
+}
+
+static int algo_env_changes(ul_comm_t c, int me, int n) {
+  (void)me, (void)n;
+  static char put[] = "UNILINK_ALGO=allreduce:oneshot";
+  unsetenv("UNILINK_ALGO");
+  int bad = algo_forced(c, NULL);
+  setenv("UNILINK_ALGO", "allreduce:ring", 1); /* appended */
+  bad = bad || algo_forced(c, "ring");
+  setenv("UNILINK_ALGO", "allreduce:oneshot", 1); /* overwritten */
+  bad = bad || algo_forced(c, "oneshot");
+  setenv("UNILINK_TEST_AFTER", "1", 1); /* another variable appended after it */
+  bad = bad || algo_forced(c, "oneshot");
+  unsetenv("UNILINK_ALGO");
+  bad = bad || algo_forced(c, NULL);
+  setenv("UNILINK_ALGO", "allreduce:ring", 1);
+  bad = bad || algo_forced(c, "ring");
+  unsetenv("UNILINK_TEST_AFTER"); /* an entry before it removed: it moves down */
+  bad = bad || algo_forced(c, "ring");
+  unsetenv("UNILINK_ALGO");
+  setenv("UNILINK_TEST_AFTER", "1", 1);
+  unsetenv("UNILINK_TEST_AFTER"); /* the same length as before, no variable */
+  bad = bad || algo_forced(c, NULL);
+  putenv(put);
+  bad = bad || algo_forced(c, "oneshot");
+  unsetenv("UNILINK_ALGO");
+  bad = bad || algo_forced(c, NULL);
+  return bad;
+}
+
+Test(host_threads, algo_env_changes_seen_on_the_next_call, .timeout = 60) {
+  cr_assert_eq(run_ranks(1, 0, algo_env_changes), 0);
+}
+
 /* UNILINK_TUNING_FILE (tests below): broadcast staged up to 1 MiB, allgather never. */
 static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf);
 static int tuned_selection(ul_comm_t c, int me, int n) {

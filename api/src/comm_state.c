@@ -165,6 +165,9 @@ UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
   ul_call_info_t copy = comm->last_call;
   ul__comm_unlock(comm);
   copy.struct_size = sz;
+  /* the communicator's, not copied on every call */
+  ul__copy_str(copy.backend, sizeof copy.backend, comm->backend->ops.name);
+  ul__copy_str(copy.selection, sizeof copy.selection, comm->selection);
   memcpy(info, &copy, sz);
   return UL_OK;
 }
