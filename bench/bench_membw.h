@@ -14,11 +14,12 @@ extern "C" {
 #endif
 
 /** How the figures are measured, for output next to them. */
-#define BENCH_MEMBW_METHOD "traffic of a 2-thread copy, 256 MiB working set, best of normal and streaming stores"
-#define BENCH_ROOF_METHOD "traffic of a 2-thread copy, best of normal and streaming stores"
+#define BENCH_MEMBW_METHOD "traffic of 2 threads, 256 MiB working set, best of copies with normal and streaming stores and reads"
+#define BENCH_ROOF_METHOD "traffic of 2 threads, best of copies with normal and streaming stores and reads"
 
-/** The roofline curve: the traffic rate of a copy (bytes read, including reads for
- *  ownership, plus bytes written; best of normal and streaming stores, best of 3) for
+/** The roofline curve: the traffic rate of 2 threads (bytes read, including reads for
+ *  ownership, plus bytes written; best of copies with normal and streaming stores and
+ *  of reads alone, best of 3) for
  *  working sets of 64 KiB to 256 MiB, factor 4. roof->n is 0 when nothing could be
  *  measured. */
 void bench_measure_roof(bench_roof_t *roof);

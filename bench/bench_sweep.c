@@ -461,7 +461,7 @@ static void *bench_thread_main(void *p) {
 }
 
 void bench_roof_set(bench_run_t *r) {
-  static bench_roof_t cached = {-1, {0}, {0}};
+  static bench_roof_t cached = {.n = -1};
   if (cached.n < 0) bench_measure_roof(&cached);
   r->roof = cached;
   r->membw = cached.n > 0 ? cached.gbs[cached.n - 1] : 0.0;

@@ -74,13 +74,15 @@ double bench_roof_traffic(bench_op_t op, int nranks);
 /** busbw a collective would reach if it only had to move bench_roof_traffic() bytes
  *  through memory of bandwidth @p membw_gbs (read+write GB/s). */
 double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs);
-/** The memory system's capacity (read + write GB/s) measured by copies whose working set
- *  (source + destination) is bytes[i], ascending: smaller sets live in faster caches. */
+/** The memory system's capacity (read + write GB/s) measured by 2 threads whose working
+ *  set is bytes[i], ascending: smaller sets live in faster caches. cpus: how many distinct
+ *  CPUs the measuring threads ran on (the machine's capacity needs 2 where there are). */
 #define BENCH_ROOF_POINTS 8
 typedef struct bench_roof {
   int n;
   size_t bytes[BENCH_ROOF_POINTS];
   double gbs[BENCH_ROOF_POINTS];
+  int cpus;
 } bench_roof_t;
 /** The capacity that bounds a collective moving @p moved bytes (bench_roof_traffic() x
  *  size): the rate of the largest measured working set not above it (a smaller set is

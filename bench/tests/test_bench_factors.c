@@ -1,10 +1,14 @@
 /* Unit tests of the pure bench helpers: nccl-tests busbw/algbw factors and size
  * conventions (values worked out by hand from nccl-tests src/<op>.cu), roofline,
  * statistics, formatting, size parsing and exact test data. */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <sched.h>
+#include <unistd.h>
 #include <math.h>
 #include <string.h>
 
+#include "bench_membw.h"
 #include "bench_util.h"
 #include "unilink/unilink.h"
 
@@ -226,13 +230,33 @@ Test(bench_json, escape, .timeout = 10) {
 }
 
 Test(bench_factors, roof_by_working_set, .timeout = 10) {
-  bench_roof_t roof = {3, {1u << 20, 4u << 20, 16u << 20}, {90.0, 60.0, 20.0}};
+  bench_roof_t roof = {3, {1u << 20, 4u << 20, 16u << 20}, {90.0, 60.0, 20.0}, 2};
   /* below the smallest point: the smallest point's rate */
   cr_expect(NEAR(bench_roof_at(&roof, 1000.0), 90.0));
   /* the largest point not above the bytes moved (a smaller set is faster: an upper bound) */
   cr_expect(NEAR(bench_roof_at(&roof, 4.0 * (1u << 20)), 60.0));
   cr_expect(NEAR(bench_roof_at(&roof, 15.0 * (1u << 20)), 60.0));
   cr_expect(NEAR(bench_roof_at(&roof, 1e12), 20.0));
-  bench_roof_t none = {0, {0}, {0}};
+  bench_roof_t none = {.n = 0};
   cr_expect(NEAR(bench_roof_at(&none, 1e6), 0.0));
+}
+
+/* The roof is the machine's capacity, not the calling process's: under mpirun
+ * --bind-to core the measuring rank is bound to one core, and threads that inherited
+ * that mask measured one core's capacity (64 MiB: 40-47 GB/s against 51-81). Bound to
+ * CPU 0, the measurement must still run on two CPUs where there are two, and every
+ * capacity must be positive. */
+Test(bench_factors, roof_measured_on_two_cpus_from_a_bound_process, .timeout = 120) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU online");
+  cpu_set_t one, all;
+  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+  bench_roof_t roof;
+  bench_measure_roof(&roof);
+  sched_setaffinity(0, sizeof all, &all);
+  cr_assert_gt(roof.n, 0);
+  for (int i = 0; i < roof.n; i++) cr_expect_gt(roof.gbs[i], 0.0, "point %d", i);
+  cr_expect_eq(roof.cpus, 2, "the measuring threads ran on %d CPU(s)", roof.cpus);
 }
