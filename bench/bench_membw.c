@@ -17,11 +17,17 @@
 #include <emmintrin.h>
 #endif
 
+/* What the measuring threads do; BENCH_TRAFFIC_PER_BYTE[kind] is the traffic it moves
+ * per byte of its size argument (below). */
+typedef enum { BENCH_COPY, BENCH_COPY_STREAMING, BENCH_READ } bench_traffic_kind_t;
+static const double BENCH_TRAFFIC_PER_BYTE[] = {3.0, 2.0, 1.0};
+
 typedef struct bench_copy_arg {
   char *dst;
   const char *src;
   size_t bytes;
-  int reps, streaming;
+  int reps;
+  bench_traffic_kind_t kind;
   int cpu; /* where the thread ran (last seen), -1 unknown */
 } bench_copy_arg_t;
 
@@ -73,13 +79,12 @@ static uint64_t bench_read_lines(const char *s, size_t bytes) {
 #endif
 }
 
-/* streaming: 0 ordinary copy, 1 streaming copy, 2 reads only (dst unused). */
 static void *bench_copy_thread(void *p) {
   bench_copy_arg_t *a = p;
   uint64_t fold = 0;
   for (int k = 0; k < a->reps; k++) {
-    if (a->streaming == 2) fold ^= bench_read_lines(a->src, a->bytes);
-    else bench_copy_lines(a->dst, a->src, a->bytes, a->streaming);
+    if (a->kind == BENCH_READ) fold ^= bench_read_lines(a->src, a->bytes);
+    else bench_copy_lines(a->dst, a->src, a->bytes, a->kind == BENCH_COPY_STREAMING);
     __asm__ __volatile__("" ::: "memory"); /* keep every repetition */
   }
   __asm__ __volatile__("" ::"r"(fold));
@@ -113,14 +118,14 @@ static int bench_spawn_on_cpu(pthread_t *th, int i, bench_copy_arg_t *a) {
   return pthread_create(th, NULL, bench_copy_thread, a);
 }
 
-/* Best of 3 of 2 threads each copying (or, streaming == 2, reading) half of `bytes`,
+/* Best of 3 of 2 threads each copying (or, BENCH_READ, reading) half of `bytes`,
  * reps times: GB/s of traffic. An ordinary store to a line first reads it (read for
  * ownership), so such a copy moves three bytes per byte copied (source read, destination
  * read, destination written); a streaming store skips the read: two; a read, one.
  * Counting what really moved keeps the roof an upper bound at every level (counted as
  * two, a cache-resident copy's capacity came out a third low and collectives whose
  * outputs stream beat it). */
-static double bench_copy_rate(size_t bytes, int reps, int streaming, uint64_t *cpus) {
+static double bench_copy_rate(size_t bytes, int reps, bench_traffic_kind_t kind, uint64_t *cpus) {
   char *src = NULL, *dst = NULL;
   if (posix_memalign((void **)&src, 64, bytes) != 0) return 0.0;
   if (posix_memalign((void **)&dst, 64, bytes) != 0) {
@@ -137,7 +142,7 @@ static double bench_copy_rate(size_t bytes, int reps, int streaming, uint64_t *c
     double t0 = bench_membw_now();
     for (int i = 0; i < 2; i++) {
       a[i] = (bench_copy_arg_t){dst + i * (bytes / 2), src + i * (bytes / 2), bytes / 2, reps,
-                                streaming, -1};
+                                kind, -1};
       if (bench_spawn_on_cpu(&th[i], i, &a[i]) != 0) {
         bench_copy_thread(&a[i]);
         th[i] = 0;
@@ -148,7 +153,7 @@ static double bench_copy_rate(size_t bytes, int reps, int streaming, uint64_t *c
       if (a[i].cpu >= 0) *cpus |= (uint64_t)1 << (a[i].cpu % 64);
     }
     double dt = bench_membw_now() - t0;
-    double moved = (streaming == 2 ? 1.0 : streaming ? 2.0 : 3.0) * (double)bytes * reps;
+    double moved = BENCH_TRAFFIC_PER_BYTE[kind] * (double)bytes * reps;
     double gbs = dt > 0 ? moved / dt / 1e9 : 0.0;
     if (gbs > best) best = gbs;
   }
@@ -169,8 +174,9 @@ void bench_measure_roof(bench_roof_t *roof) {
      * 2 threads read the whole working set. Collectives read more than they write
      * (a reduction two to one), so a copy-only roof was beaten by them: alltoall np2
      * 64 MiB at 119% of it, allreduce 16 MiB at 142-157%. */
-    double a = bench_copy_rate(w / 2, reps, 0, &cpus), b = bench_copy_rate(w / 2, reps, 1, &cpus);
-    double r = bench_copy_rate(w, reps, 2, &cpus);
+    double a = bench_copy_rate(w / 2, reps, BENCH_COPY, &cpus);
+    double b = bench_copy_rate(w / 2, reps, BENCH_COPY_STREAMING, &cpus);
+    double r = bench_copy_rate(w, reps, BENCH_READ, &cpus);
     double best = a > b ? a : b;
     roof->bytes[roof->n] = w;
     roof->gbs[roof->n++] = r > best ? r : best;

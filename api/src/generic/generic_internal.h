@@ -182,8 +182,7 @@ static inline ul_result_t ul__out_copy(algo_ctx_t *x, void *dst, const void *src
 
 static inline ul_result_t ul__copy_if_needed(algo_ctx_t *x, void *dst, const void *src,
                                              size_t cnt) {
-  if (dst == src || cnt == 0) return UL_OK;
-  return COPY(x, dst, src, cnt * x->esize);
+  return ul__out_copy(x, dst, src, cnt * x->esize, 0);
 }
 
 /* Allreduce on one rank: a copy, and the avg scaling (by 1). */
