@@ -247,7 +247,7 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
   /* We write into peers' scratch before any wait: first make sure none has aborted (a
    * thread rank's scratch goes with its communicator). A wait for a value already reached
    * is the backend's check of aborted and lost peers and nothing more. */
-  if (n > 1) UL_CHECK(ul__gwait(g, UL__SIG_LL(g, (me + 1) % n), 0, (me + 1) % n, x->bs));
+  if (n > 1) UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, (me + 1) % n, x->bs));
   uint64_t k = ++g->ll_epoch;
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;
@@ -326,7 +326,7 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
     }
   } else if (n > 1) {
     /* We write into peers' scratch: first make sure none has aborted (as ul__line_small). */
-    UL_CHECK(ul__gwait(g, UL__SIG_LB(g, (me + 1) % n), 0, (me + 1) % n, x->bs));
+    UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, (me + 1) % n, x->bs));
   }
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;

@@ -13,6 +13,10 @@
 #define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
 #define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us */
 #define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of ours */
+/* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
+ * peers. A signal that a peer raises on every call would do too, but the check would then
+ * read a line the peer writes each call: two cache-line transfers per call for nothing. */
+#define UL__SIG_LIVE(g) (8 * (g)->n)
 #define UL__NSIG_GENERIC(n) (8 * (n) + 16)
 
 #define UL__UNTUNED ((size_t)-1)
