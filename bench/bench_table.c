@@ -126,6 +126,17 @@ void bench_print_devices(const bench_run_t *r) {
   }
 }
 
+/* "# <what> (GB/s, method): 64K 95.1 256K ..." */
+static void bench_print_roof(const char *what, const bench_roof_t *roof) {
+  printf("# %s (GB/s, " BENCH_ROOF_METHOD "):", what);
+  for (int i = 0; i < roof->n; i++) {
+    size_t b = roof->bytes[i];
+    printf(" %zu%s %.1f", b >= (1u << 20) ? b >> 20 : b >> 10, b >= (1u << 20) ? "M" : "K",
+           roof->gbs[i]);
+  }
+  printf("\n");
+}
+
 void bench_print_block_start(const bench_run_t *r) {
   static int blocks;
   if (blocks++) printf("#\n"); /* between one backend's block and the next */
@@ -151,15 +162,7 @@ void bench_print_block_start(const bench_run_t *r) {
   if (r->membw > 0)
     printf("# Memory bandwidth: %.1f GB/s (" BENCH_MEMBW_METHOD "); %%roof below: docs/bench.md\n",
            r->membw);
-  if (r->membw > 0) {
-    printf("# Roofline capacity by working set (GB/s, " BENCH_ROOF_METHOD "):");
-    for (int i = 0; i < r->roof.n; i++) {
-      size_t b = r->roof.bytes[i];
-      printf(" %zu%s %.1f", b >= (1u << 20) ? b >> 20 : b >> 10, b >= (1u << 20) ? "M" : "K",
-             r->roof.gbs[i]);
-    }
-    printf("\n");
-  }
+  if (r->membw > 0) bench_print_roof("Roofline capacity by working set", &r->roof);
 }
 
 void bench_print_header(const bench_run_t *r) {
@@ -258,6 +261,11 @@ void bench_print_row(const bench_run_t *r, const bench_row_t *row) {
 /* What the library chose per size (and %roof), as comments after the table. */
 void bench_print_extras(const bench_run_t *r) {
   if (r->o->extra_columns || r->nrows == 0) return;
+  if (r->roof_after.n > 0) {
+    printf("#\n");
+    bench_print_roof("Roofline capacity again after the sweep", &r->roof_after);
+    bench_print_roof("Roofline for %roof below: the larger of the two", &r->roof);
+  }
   printf("#\n# unilink per size [%s]: size, algorithm (out-of-place)%s%s\n", r->backend,
          r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw)" : "",
          r->o->sync_per_call ? ", mean time (us, out-of-place)" : "");

@@ -182,6 +182,26 @@ double bench_roof_at(const bench_roof_t *roof, double moved) {
   return g;
 }
 
+void bench_roof_merge(bench_roof_t *into, const bench_roof_t *other) {
+  if (!other || other->n <= 0) return;
+  if (into->n <= 0) {
+    *into = *other;
+    return;
+  }
+  /* both measured the same working sets (bench_measure_roof's fixed ladder) */
+  for (int i = 0; i < into->n && i < other->n; i++)
+    if (into->bytes[i] == other->bytes[i] && other->gbs[i] > into->gbs[i])
+      into->gbs[i] = other->gbs[i];
+  if (other->cpus > into->cpus) into->cpus = other->cpus;
+}
+
+double bench_roof_pct(const bench_roof_t *roof, bench_op_t op, int nranks, size_t bytes,
+                      double busbw) {
+  double moved = bench_roof_traffic(op, nranks) * (double)bytes;
+  double top = bench_roof_busbw(op, nranks, bench_roof_at(roof, moved));
+  return top > 0 ? busbw / top * 100.0 : -1;
+}
+
 int bench_parse_size(const char *text, size_t *out) {
   if (!text || !out) return -1;
   while (isspace((unsigned char)*text)) text++;

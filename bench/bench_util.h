@@ -88,6 +88,14 @@ typedef struct bench_roof {
  *  size): the rate of the largest measured working set not above it (a smaller set is
  *  faster, so this is an upper bound), or of the smallest set; 0 when nothing measured. */
 double bench_roof_at(const bench_roof_t *roof, double moved);
+/** Fold a second measurement into @p into: per working set, the larger rate (a roof is
+ *  an upper bound, and a shared machine's capacity moves between measurements). A
+ *  measurement that failed (n 0) changes nothing; into empty takes @p other. */
+void bench_roof_merge(bench_roof_t *into, const bench_roof_t *other);
+/** %roof of a row: busbw against the roofline busbw of a @p bytes call of @p op on
+ *  @p nranks ranks; -1 when there is no roof. */
+double bench_roof_pct(const bench_roof_t *roof, bench_op_t op, int nranks, size_t bytes,
+                      double busbw);
 
 /** Parse a size with optional K/M/G suffix (binary units, as nccl-tests: "8", "64M",
  *  "1.5K"). @return 0, or -1 for a malformed, negative or overflowing value. */

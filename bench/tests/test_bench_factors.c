@@ -241,6 +241,29 @@ Test(bench_factors, roof_by_working_set, .timeout = 10) {
   cr_expect(NEAR(bench_roof_at(&none, 1e6), 0.0));
 }
 
+/* Measured before and after a sweep, the roof is the larger rate per working set: a
+ * shared machine's capacity moves between minutes, and the roof must bound both. */
+Test(bench_factors, roof_merge_keeps_the_larger_rate, .timeout = 10) {
+  bench_roof_t a = {3, {1u << 20, 4u << 20, 16u << 20}, {90.0, 40.0, 20.0}, 1};
+  bench_roof_t b = {3, {1u << 20, 4u << 20, 16u << 20}, {80.0, 60.0, 30.0}, 2};
+  bench_roof_merge(&a, &b);
+  cr_expect(NEAR(a.gbs[0], 90.0));
+  cr_expect(NEAR(a.gbs[1], 60.0));
+  cr_expect(NEAR(a.gbs[2], 30.0));
+  cr_expect_eq(a.cpus, 2);
+  bench_roof_t failed = {.n = 0};
+  bench_roof_merge(&a, &failed); /* a failed measurement changes nothing */
+  cr_expect(NEAR(a.gbs[2], 30.0));
+  bench_roof_t empty = {.n = 0};
+  bench_roof_merge(&empty, &b); /* nothing before: the second one */
+  cr_expect_eq(empty.n, 3);
+  cr_expect(NEAR(empty.gbs[1], 60.0));
+  /* %roof: allreduce np2 moves 4 x S, busbw factor 1; 1 MiB moves 4 MiB: rate 60, roof
+   * busbw 15, so busbw 12 is 80% */
+  cr_expect(NEAR(bench_roof_pct(&a, BENCH_ALLREDUCE, 2, 1u << 20, 12.0), 80.0));
+  cr_expect(NEAR(bench_roof_pct(&failed, BENCH_ALLREDUCE, 2, 1u << 20, 12.0), -1.0));
+}
+
 /* The roof is the machine's capacity, not the calling process's: under mpirun
  * --bind-to core the measuring rank is bound to one core, and threads that inherited
  * that mask measured one core's capacity (64 MiB: 40-47 GB/s against 51-81). Bound to

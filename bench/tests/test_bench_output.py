@@ -58,6 +58,54 @@ def check_table(res, nranks, label, expect_sizes=None):
           "%s: avg busbw %s vs rows %.4f" % (label, f.get("avg_busbw"), avg))
 
 
+def roof_line(text, what):
+    """[(working-set bytes, GB/s)] of the '# <what> (GB/s, ...): 64K 95.1 ...' line."""
+    for line in text.splitlines():
+        if line.startswith("# " + what + " (GB/s"):
+            f = line.split("):", 1)[1].split()
+            return [(int(f[i][:-1]) << (20 if f[i][-1] == "M" else 10), float(f[i + 1]))
+                    for i in range(0, len(f), 2)]
+    return None
+
+
+def check_roof(text, rows, nranks):
+    """The roof is measured before and after the sweep; %roof uses the larger of the two per
+    working set, and each size's %roof is busbw over the roofline busbw (allreduce: traffic
+    2n x S, busbw factor 2(n-1)/n; docs/bench.md)."""
+    before = roof_line(text, "Roofline capacity by working set")
+    after = roof_line(text, "Roofline capacity again after the sweep")
+    used = roof_line(text, "Roofline for %roof below: the larger of the two")
+    check(before and after and used, "roof lines missing: before %s after %s used %s"
+          % (before, after, used))
+    if not (before and after and used):
+        return
+    check([b for b, _ in before] == [b for b, _ in after] == [b for b, _ in used],
+          "roof working sets differ")
+    for (b, x), (_, y), (_, u) in zip(before, after, used):
+        check(abs(u - max(x, y)) <= 0.051, "roof at %d: used %.1f, measured %.1f and %.1f"
+              % (b, u, x, y))
+    pct = {}
+    for line in text.split("# unilink per size [host]", 1)[1].splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 4 and f[0] == "#" and f[1].isdigit():
+            pct[int(f[1])] = f[3]
+    factor, traffic = 2.0 * (nranks - 1) / nranks, 2.0 * nranks
+    for r in rows:
+        busbw = r["out_of_place"]["busbw"]
+        moved = traffic * r["size"]
+        gbs = used[0][1]
+        for b, g in used:
+            if b <= moved:
+                gbs = g
+        want = busbw / (factor / traffic * gbs) * 100
+        got = pct.get(r["size"])
+        # busbw is printed with 2 decimals: compare where that rounding is below 1%
+        if busbw >= 1.0:
+            check(got is not None and abs(float(got) - want) <= 0.06 + 0.01 * want,
+                  "%%roof at %d: printed %s, busbw %.2f over the larger roof gives %.1f"
+                  % (r["size"], got, busbw, want))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample-only", action="store_true")
@@ -89,6 +137,7 @@ def main():
         for r in ours["rows"]:
             check(r["extra"] == [], "data row has fields beyond nccl-tests' 13: %s" % r)
         check("# unilink per size [host]" in p.stdout, "algorithm/%roof comment lines missing")
+        check_roof(p.stdout, ours["rows"], 2)
         # the checker must be able to fail: corrupt one element of rank 0's result
         env = dict(os.environ, UNILINK_BENCH_FAULT="wrong")
         p = subprocess.run([a.bench, "allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",
