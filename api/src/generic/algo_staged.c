@@ -194,7 +194,8 @@ static void lines_write(char *line, uint64_t flag, const void *src, size_t b) {
   const char *s = src;
   for (; b > 0; line += UL__LL_LINE) {
     size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
-    memcpy(line + sizeof(uint64_t), s, m);
+    if (m == UL__LL_PAYLOAD) memcpy(line + sizeof(uint64_t), s, UL__LL_PAYLOAD);
+    else memcpy(line + sizeof(uint64_t), s, m);
     __atomic_store_n((uint64_t *)line, flag, __ATOMIC_RELEASE);
     s += m;
     b -= m;
@@ -222,7 +223,8 @@ static ul_result_t lines_read(algo_ctx_t *x, const char *line, uint64_t flag, in
                                   (unsigned long long)__atomic_load_n((const uint64_t *)line,
                                                                       __ATOMIC_ACQUIRE));
     }
-    memcpy(d, line + sizeof(uint64_t), m);
+    if (m == UL__LL_PAYLOAD) memcpy(d, line + sizeof(uint64_t), UL__LL_PAYLOAD);
+    else memcpy(d, line + sizeof(uint64_t), m);
     d += m;
     b -= m;
   }
