@@ -189,6 +189,21 @@ static int rank_exported(ul_unique_id_t id, int n, int me) {
   return comm_down(c, me);
 }
 
+/* UNILINK_TUNING_FILE's bounce_from (1 MiB, from the test below): private buffers below
+ * it keep the direct algorithm's single copies, from it on they bounce; exact either way. */
+static int rank_tuned_bounce_from(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  /* 256 KiB + 52 B a rank: every collective's largest buffer is below 1 MiB */
+  int bad = all_colls(c, me, n, 65536 + 13, 0, "direct", "cma");
+  if (bad) return bad;
+  ul_call_info_t info = last_call(c);
+  STEP(40, strstr(info.reason, "bounce_from 1048576") != NULL, "reason: %s", info.reason);
+  /* 1 MiB + 52 B a rank: every one at or above it */
+  bad = all_colls(c, me, n, ((size_t)1 << 18) + 13, 0, "bounce", "shm-copy");
+  if (bad) return bad;
+  return comm_down(c, me);
+}
 
 /* UNILINK_ALGO with a bare algorithm name applies to every collective that has it (as
  * NCCL_ALGO=Ring does); one no collective has is refused by the call, naming it. */
@@ -237,4 +252,25 @@ Test(bounce, exported_buffers_stay_zero_copy, .timeout = 180) {
 Test(bounce, bare_algorithm_name_applies_to_every_collective, .timeout = 120) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   fork_ranks_run("host", 2, rank_bare_name);
+}
+
+Test(bounce, tuning_file_keeps_single_copies_below_bounce_from, .timeout = 180) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  char path[] = "/tmp/ul_tuning_bounce_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  static const char text[] = "# the five collectives, 2 process ranks: bounce from 1 MiB\n"
+                             "allreduce 2 process bounce_from 1048576\n"
+                             "reduce_scatter 2 process bounce_from 1048576\n"
+                             "allgather 2 process bounce_from 1048576\n"
+                             "broadcast 2 process bounce_from 1048576\n"
+                             "alltoall 2 process bounce_from 1048576\n"
+                             "alltoall 3 process bounce_from 0   # another rank count: ignored\n";
+  cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+  close(fd);
+  setenv("UNILINK_TUNING_FILE", path, 1);
+  fork_ranks_run("host", 2, rank_tuned_bounce_from);
+  unsetenv("UNILINK_TUNING_FILE");
+  unlink(path);
 }

@@ -520,6 +520,16 @@ Test(host_tuning, bad_file_is_refused, .timeout = 60) {
   cr_expect(strstr(err, "UNILINK_TUNING_FILE") && strstr(err, "line 2"), "%s", err);
   if (rc == UL_OK)
     for (int i = 0; i < 2; i++) ul_comm_destroy(comms[i]);
+  unlink(path);
+  /* bounce_from is for process ranks only */
+  path = write_tuning("alltoall 2 thread bounce_from 4096\n");
+  setenv("UNILINK_TUNING_FILE", path, 1);
+  rc = ul_comm_init_all(comms, &cfg, 2, NULL);
+  err = ul_last_error();
+  cr_expect_eq(rc, UL_ERR_INVALID_ARG, "%s", ul_result_name(rc));
+  cr_expect(strstr(err, "line 1") && strstr(err, "bounce_from is for process ranks"), "%s", err);
+  if (rc == UL_OK)
+    for (int i = 0; i < 2; i++) ul_comm_destroy(comms[i]);
   setenv("UNILINK_TUNING_FILE", "/nonexistent/tuning", 1);
   rc = ul_comm_init_all(comms, &cfg, 2, NULL);
   cr_expect_eq(rc, UL_ERR_INVALID_ARG, "%s", ul_result_name(rc));

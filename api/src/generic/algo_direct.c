@@ -106,10 +106,14 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
    * cross-memory-attach copy (decision 0014). Reduce, gather and scatter have no bounce
    * algorithm: one rank moves all the data, and a channel would serialise it. Ranks
    * outnumbering cores keep single copies too: every piece would wait for a peer to be
-   * scheduled (4 ranks on 2 cores: allreduce 64 MiB 41.6 ms bounced, 30.6 ms single-copy). */
+   * scheduled (4 ranks on 2 cores: allreduce 64 MiB 41.6 ms bounced, 30.6 ms single-copy).
+   * Below a size measured on the machine (UNILINK_TUNING_FILE) single copies stay: while
+   * the buffers fit in the cache one copy beats two (alltoall np2 1-4 MiB). */
   int hand_over = bounce && !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
                   !x->g->oversubscribed && !all_exported(x);
-  x->bounce = hand_over ? bounce : NULL;
+  size_t from = x->g->bounce_from[x->a->coll];
+  x->single_below = hand_over && (sb > rb ? sb : rb) < from ? from : 0;
+  x->bounce = hand_over && !x->single_below ? bounce : NULL;
   /* Pulled outputs (allgather, alltoall, broadcast, gather) as large as the allreduce's
    * streaming threshold are stored streaming too: allgather np=2 32 MiB went from 5.5 to
    * 3.0 ms (no read-for-ownership of 32 MiB of output), 4 MiB unchanged. */

@@ -274,6 +274,13 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                  "single-copy (process_vm_readv/writev) through memory");
     return rc;
   }
+  if (x.single_below) {
+    snprintf(info->reason, sizeof info->reason,
+             "process ranks, buffers peers cannot map: single copies (process_vm_readv/"
+             "writev) below UNILINK_TUNING_FILE's bounce_from %zu bytes",
+             x.single_below);
+    return rc;
+  }
   if (x.cma && g->zpeers > 0) {
     ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
     if (!forced)

@@ -85,6 +85,10 @@ typedef struct ul__generic {
   /* [thread placement][collective]: staged limit measured on this machine (tuning.c);
    * UL__UNTUNED: the built-in limit */
   size_t staged_max[2][UL_COLL_COUNT];
+  /* [collective]: process ranks with private buffers bounce from this nccl-tests size on
+   * and single-copy below it, as measured on this machine (tuning.c); 0: every size
+   * (decision 0014) */
+  size_t bounce_from[UL_COLL_COUNT];
   uint64_t ll_epoch;                 /* flagged-line operations run so far */
   size_t lb_off;                     /* broadcast lines, UL__LB_REGION(n) bytes */
   uint64_t *lb_count;                /* per root: line broadcasts it has made so far */
@@ -125,6 +129,8 @@ typedef struct ul__algo_ctx {
    * the direct algorithm runs this bounce one through the scratch instead (algo_bounce.c) */
   ul_result_t (*bounce)(struct ul__algo_ctx *x);
   int forced; /* UNILINK_ALGO named the algorithm: no handing over */
+  /* after publish: it would have bounced but for the tuning file's bounce_from */
+  size_t single_below;
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)

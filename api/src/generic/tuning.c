@@ -1,7 +1,16 @@
 /* Selection limits measured on the machine (UNILINK_TUNING_FILE, written by
- * bench/calibrate-host.sh): per collective, rank count and placement, the largest message
- * the staged one-shot algorithm takes before the direct one is faster. Without a file the
- * built-in limits apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber cores). */
+ * bench/calibrate-host.sh), per collective and rank count:
+ *
+ *   <collective> <ranks> process|thread <bytes>     the largest message the staged
+ *                                                   one-shot algorithm takes before the
+ *                                                   direct one is faster
+ *   <collective> <ranks> process bounce_from <bytes>  process ranks with private buffers:
+ *                                                   the smallest message that bounces
+ *                                                   through scratch; below it the direct
+ *                                                   algorithm's single copies
+ *
+ * Sizes are nccl-tests' (a rank's larger buffer). Without a file the built-in limits
+ * apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber cores; bounce at every size). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,8 +30,10 @@ static int tunable(const char *name, ul_coll_t *coll) {
 }
 
 ul_result_t ul__tuning_load(ul__generic_t *g, const char *path) {
-  for (int p = 0; p < 2; p++)
-    for (int c = 0; c < UL_COLL_COUNT; c++) g->staged_max[p][c] = UL__UNTUNED;
+  for (int c = 0; c < UL_COLL_COUNT; c++) {
+    g->staged_max[0][c] = g->staged_max[1][c] = UL__UNTUNED;
+    g->bounce_from[c] = 0;
+  }
   if (!path || !path[0]) return UL_OK;
   FILE *f = fopen(path, "r");
   if (!f)
@@ -40,22 +51,35 @@ ul_result_t ul__tuning_load(ul__generic_t *g, const char *path) {
     unsigned long long bytes;
     int got = sscanf(line, "%31s %d %15s %llu %c", name, &ranks, place, &bytes, &extra);
     if (got <= 0) continue; /* blank or comment */
+    int bounce = 0;
+    if (got == 3) { /* perhaps "<collective> <ranks> process bounce_from <bytes>" */
+      char key[16];
+      got = sscanf(line, "%31s %d %15s %15s %llu %c", name, &ranks, place, key, &bytes, &extra);
+      bounce = got == 5 && strcmp(key, "bounce_from") == 0;
+      got = bounce ? 4 : -1;
+    }
     ul_coll_t coll;
     const char *why = NULL;
-    if (got != 4) why = "expected '<collective> <ranks> process|thread <bytes>'";
+    if (got != 4)
+      why = "expected '<collective> <ranks> process|thread <bytes>' or '<collective> <ranks> "
+            "process bounce_from <bytes>'";
     else if (!tunable(name, &coll))
       why = "the collective is not one of allreduce, reduce_scatter, allgather, broadcast, "
             "alltoall";
     else if (ranks < 2) why = "ranks must be at least 2";
     else if (strcmp(place, "process") != 0 && strcmp(place, "thread") != 0)
       why = "placement must be 'process' or 'thread'";
-    else if (bytes > UL__STAGED_MAX_BYTES) why = "bytes above the 1 MiB staging limit";
+    else if (bounce && strcmp(place, "process") != 0)
+      why = "bounce_from is for process ranks (thread ranks reach each other's buffers)";
+    else if (!bounce && bytes > UL__STAGED_MAX_BYTES) why = "bytes above the 1 MiB staging limit";
     if (why) {
       rc = ul__comm_set_error(g->comm, UL_ERR_INVALID_ARG, "UNILINK_TUNING_FILE %s line %d: %s",
                               path, ln, why);
       break;
     }
-    if (ranks == g->n) g->staged_max[strcmp(place, "thread") == 0][coll] = (size_t)bytes;
+    if (ranks != g->n) continue;
+    if (bounce) g->bounce_from[coll] = (size_t)bytes;
+    else g->staged_max[strcmp(place, "thread") == 0][coll] = (size_t)bytes;
   }
   fclose(f);
   return rc;
