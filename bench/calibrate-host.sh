@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Measures, on this machine, where the host backend's staged (one-shot) algorithm stops
-# beating the direct one, per collective, rank count and placement, and writes the limits
-# as a tuning file the library reads through UNILINK_TUNING_FILE:
+# Measures, on this machine, two choices of the host backend's selection, per collective,
+# rank count and placement, and writes them as a tuning file the library reads through
+# UNILINK_TUNING_FILE:
 #
 #   bench/calibrate-host.sh [BUILD_DIR] [FILE]     (default ./build, ./unilink-tuning.txt)
 #
-# Both algorithms are forced (UNILINK_ALGO) at sizes 1 KiB to 1 MiB in nccl-tests'
-# back-to-back method, in ROUNDS interleaved rounds (default 3); with r(s) the median over
-# rounds of staged time / direct time, the limit is the size L that minimises the sum of
-# log r(s) over s <= L (staged where it pays, over all sizes; 0: direct everywhere). Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t
-# (THREADS, default "2"). Environment: ITERS (default 100), COLLS.
+# 1. Where the staged (one-shot) algorithm stops beating the direct one: both forced
+#    (UNILINK_ALGO) at 1 KiB to 1 MiB. With r(s) the median over rounds of staged time /
+#    direct time, the limit is the size L that minimises the sum of log r(s) over s <= L
+#    (staged where it pays, over all sizes; 0: direct everywhere).
+# 2. Process ranks with private (malloc) buffers: from which size bouncing through the
+#    scratch beats the direct algorithm's single copies (decision 0014), both forced at
+#    256 KiB to 64 MiB. With r(s) = bounce time / direct time, bounce_from is the size L
+#    that minimises the sum of -log r(s) over s < L (single copies below L, bounce from L;
+#    the smallest size on a tie, i.e. bounce everywhere unless single copies pay). Only
+#    where ranks do not outnumber CPUs: oversubscribed ranks never bounce.
+#
+# Both in nccl-tests' back-to-back method, in ROUNDS interleaved rounds (default 3).
+# Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t (THREADS,
+# default "2"). Environment: ITERS (default 100), COLLS.
 set -u
 BUILD=${1:-build}
 FILE=${2:-unilink-tuning.txt}
@@ -50,6 +59,17 @@ for r in $(seq 1 "$ROUNDS"); do
           $flags -b 1K -e 1M -f 2 -n "$ITERS" -w 10 -c 0 --backends host > "$log" 2>&1 ||
           echo "calibrate-host.sh: $coll $place $n $algo failed, see $log" >&2
       done
+      # 2. private buffers between processes: single copies against bounce
+      if [ "$place" = process ] && [ "$n" -le "$NCPU" ]; then
+        for algo in direct bounce; do
+          log="$LOGS/$coll-$place-$n-$algo-r$r.private"
+          echo "+ $coll $place $n $algo malloc buffers round $r" >&2
+          # shellcheck disable=SC2086
+          UNILINK_ALGO="$coll:$algo" timeout 600 $pre "$BENCH" $coll -b 256K -e 64M -f 4 \
+            -n 20 -w 3 -c 0 --buffers malloc --backends host > "$log" 2>&1 ||
+            echo "calibrate-host.sh: $coll $place $n $algo (malloc buffers) failed, see $log" >&2
+        done
+      fi
     done
   done
 done
@@ -60,24 +80,33 @@ sys.path.insert(0, sys.argv[6])
 from host_vs_mpi_report import parse  # the one reader of nccl-tests tables in bench/
 def times(p):
     return parse(p)[0]
-keys = sorted({tuple(os.path.basename(p)[:-4].rsplit("-", 4)[:3]) for p in glob.glob(f"{logs}/*.log")})
 lines = [f"# unilink host tuning, measured by bench/calibrate-host.sh on {time.strftime('%Y-%m-%d')}",
          f"# machine: {cpu}, {ncpu} CPUs; {rounds} interleaved rounds, back-to-back medians",
-         "# <collective> <ranks> <placement> <largest size (nccl-tests' bytes) that runs staged>"]
-for coll, place, n in keys:
-    staged = "oneshot" if coll == "allreduce" else "staged"
+         "# <collective> <ranks> <placement> <largest size (nccl-tests' bytes) that runs staged>",
+         "# <collective> <ranks> process bounce_from <smallest size at which private buffers bounce>"]
+
+def ratios(coll, place, n, algo, base, ext):
+    """size -> median over rounds of time[algo] / time[base]"""
     per = {}
     for r in range(1, rounds + 1):
-        s = times(f"{logs}/{coll}-{place}-{n}-{staged}-r{r}.log")
-        d = times(f"{logs}/{coll}-{place}-{n}-direct-r{r}.log")
-        for size in s:
+        a = times(f"{logs}/{coll}-{place}-{n}-{algo}-r{r}.{ext}")
+        d = times(f"{logs}/{coll}-{place}-{n}-{base}-r{r}.{ext}")
+        for size in a:
             if size in d and size > 0 and d[size] > 0:
-                per.setdefault(size, []).append(s[size] / d[size])
-    sizes = sorted(per)
+                per.setdefault(size, []).append(a[size] / d[size])
+    return {s: statistics.median(per[s]) for s in sorted(per)}
+
+def keys_of(ext):
+    return sorted({tuple(os.path.basename(p)[:-len(ext) - 1].rsplit("-", 4)[:3])
+                   for p in glob.glob(f"{logs}/*.{ext}")})
+
+for coll, place, n in keys_of("log"):
+    staged = "oneshot" if coll == "allreduce" else "staged"
+    ratio = ratios(coll, place, n, staged, "direct", "log")  # staged time / direct time
+    sizes = sorted(ratio)
     if not sizes:
         print(f"calibrate-host.sh: no data for {coll} {place} {n}", file=sys.stderr)
         continue
-    ratio = {s: statistics.median(per[s]) for s in sizes}  # staged time / direct time
     # The limit whose choice costs least over all measured sizes: staged up to it, direct
     # above. Minimising the summed log ratio of the staged prefix keeps one noisy point
     # from moving the limit far (a rule like "direct wins from here on" does not).
@@ -88,6 +117,22 @@ for coll, place, n in keys:
             best, limit = acc, s
     shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
     lines.append(f"{coll} {n} {place} {limit}   # staged/direct time: {shown}")
+for coll, place, n in keys_of("private"):
+    ratio = ratios(coll, place, n, "bounce", "direct", "private")  # bounce time / direct time
+    sizes = sorted(ratio)
+    if not sizes:
+        print(f"calibrate-host.sh: no malloc-buffer data for {coll} {place} {n}", file=sys.stderr)
+        continue
+    # Single copies below L cost sum(-log r(s)) against bouncing there; the smallest L
+    # with the least cost (past the largest size: single copies at every measured one).
+    best, limit, acc = 0.0, sizes[0], 0.0
+    for i, s in enumerate(sizes):
+        acc -= math.log(ratio[s])
+        after = sizes[i + 1] if i + 1 < len(sizes) else 2 * s
+        if acc < best - 1e-12:
+            best, limit = acc, after
+    shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
+    lines.append(f"{coll} {n} {place} bounce_from {limit}   # bounce/single-copy time: {shown}")
 open(path, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 print(f"\nwrote {path}; use it with UNILINK_TUNING_FILE={path}")

@@ -44,7 +44,8 @@
   X(TUNING_FILE, STR, "", "generic",                                                           \
     "selection limits measured on this machine (bench/calibrate-host.sh writes it): lines "    \
     "'<collective> <ranks> process|thread <bytes>': the largest size (as nccl-tests counts it) "\
-    "that runs staged")                                                                        \
+    "that runs staged; '<collective> <ranks> process bounce_from <bytes>': the smallest size "  \
+    "at which private buffers of process ranks bounce through scratch (single copies below)")  \
   X(CMA, INT, "1", "generic",                                                                  \
     "single-copy transfers between process ranks with process_vm_readv/writev (0: off, copy "  \
     "through shared memory)")                                                                  \
