@@ -74,10 +74,11 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 python3 - "$LOGS" "$FILE" "$ROUNDS" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" "$NCPU" "$SRC_DIR" <<'PYEOF'
-import glob, math, os, statistics, sys, time
+import glob, os, statistics, sys, time
 logs, path, rounds, cpu, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 sys.path.insert(0, sys.argv[6])
 from host_vs_mpi_report import parse  # the one reader of nccl-tests tables in bench/
+from tuning_rules import bounce_from, staged_limit  # the rule, tested on its own
 def times(p):
     return parse(p)[0]
 lines = [f"# unilink host tuning, measured by bench/calibrate-host.sh on {time.strftime('%Y-%m-%d')}",
@@ -107,14 +108,7 @@ for coll, place, n in keys_of("log"):
     if not sizes:
         print(f"calibrate-host.sh: no data for {coll} {place} {n}", file=sys.stderr)
         continue
-    # The limit whose choice costs least over all measured sizes: staged up to it, direct
-    # above. Minimising the summed log ratio of the staged prefix keeps one noisy point
-    # from moving the limit far (a rule like "direct wins from here on" does not).
-    best, limit, acc = 0.0, 0, 0.0
-    for s in sizes:
-        acc += math.log(ratio[s])
-        if acc < best:
-            best, limit = acc, s
+    limit = staged_limit(ratio)
     shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
     lines.append(f"{coll} {n} {place} {limit}   # staged/direct time: {shown}")
 for coll, place, n in keys_of("private"):
@@ -123,14 +117,7 @@ for coll, place, n in keys_of("private"):
     if not sizes:
         print(f"calibrate-host.sh: no malloc-buffer data for {coll} {place} {n}", file=sys.stderr)
         continue
-    # Single copies below L cost sum(-log r(s)) against bouncing there; the smallest L
-    # with the least cost (past the largest size: single copies at every measured one).
-    best, limit, acc = 0.0, sizes[0], 0.0
-    for i, s in enumerate(sizes):
-        acc -= math.log(ratio[s])
-        after = sizes[i + 1] if i + 1 < len(sizes) else 2 * s
-        if acc < best - 1e-12:
-            best, limit = acc, after
+    limit = bounce_from(ratio)
     shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
     lines.append(f"{coll} {n} {place} bounce_from {limit}   # bounce/single-copy time: {shown}")
 open(path, "w").write("\n".join(lines) + "\n")
