@@ -7,6 +7,7 @@
 #include "bench_membw.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -102,7 +103,7 @@ static double bench_membw_now(void) {
  * Under mpirun --bind-to core the measuring rank is bound to one core, and its two
  * threads inherited that mask: the roof was a single core's (64 MiB: 40-47 GB/s under
  * mpirun, 51-81 in one process). A mask refused (a cpuset) leaves the inherited one. */
-static int bench_spawn_on_cpu(pthread_t *th, int i, bench_copy_arg_t *a) {
+static int bench_spawn_on_cpu(pthread_t *th, int i, void *(*fn)(void *), void *a) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   pthread_attr_t attr;
   if (ncpu > 0 && pthread_attr_init(&attr) == 0) {
@@ -110,12 +111,12 @@ static int bench_spawn_on_cpu(pthread_t *th, int i, bench_copy_arg_t *a) {
     CPU_ZERO(&set);
     CPU_SET((int)(i % ncpu), &set);
     int rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set) == 0
-                 ? pthread_create(th, &attr, bench_copy_thread, a)
+                 ? pthread_create(th, &attr, fn, a)
                  : -1;
     pthread_attr_destroy(&attr);
     if (rc == 0) return 0;
   }
-  return pthread_create(th, NULL, bench_copy_thread, a);
+  return pthread_create(th, NULL, fn, a);
 }
 
 /* Best of 3 of 2 threads each copying (or, BENCH_READ, reading) half of `bytes`,
@@ -143,7 +144,7 @@ static double bench_copy_rate(size_t bytes, int reps, bench_traffic_kind_t kind,
     for (int i = 0; i < 2; i++) {
       a[i] = (bench_copy_arg_t){dst + i * (bytes / 2), src + i * (bytes / 2), bytes / 2, reps,
                                 kind, -1};
-      if (bench_spawn_on_cpu(&th[i], i, &a[i]) != 0) {
+      if (bench_spawn_on_cpu(&th[i], i, bench_copy_thread, &a[i]) != 0) {
         bench_copy_thread(&a[i]);
         th[i] = 0;
       }
@@ -183,4 +184,67 @@ void bench_measure_roof(bench_roof_t *roof) {
   }
   if (roof->n > 0 && roof->gbs[roof->n - 1] <= 0) roof->n = 0;
   roof->cpus = __builtin_popcountll(cpus);
+}
+
+/* Two threads on CPUs 0 and 1 pass a counter back and forth through two cache lines:
+ * each round trip is one line transfer each way, the least a 2-rank exchange of any size
+ * costs (an 8-byte allreduce: each rank's line to the other). */
+typedef struct bench_pingpong {
+  _Alignas(64) _Atomic uint64_t ping;
+  _Alignas(64) _Atomic uint64_t pong;
+  _Alignas(64) int rounds;
+  _Atomic int ready;
+} bench_pingpong_t;
+
+static void *bench_pong_thread(void *p) {
+  bench_pingpong_t *x = p;
+  atomic_fetch_add(&x->ready, 1);
+  for (uint64_t i = 1; i <= (uint64_t)x->rounds; i++) {
+    while (atomic_load_explicit(&x->ping, memory_order_acquire) < i) {
+    }
+    atomic_store_explicit(&x->pong, i, memory_order_release);
+  }
+  return NULL;
+}
+
+typedef struct bench_ping_arg {
+  bench_pingpong_t *x;
+  double ns; /* per round trip */
+} bench_ping_arg_t;
+
+static void *bench_ping_thread(void *p) {
+  bench_ping_arg_t *a = p;
+  bench_pingpong_t *x = a->x;
+  atomic_fetch_add(&x->ready, 1);
+  while (atomic_load(&x->ready) < 2) {
+  }
+  double t0 = bench_membw_now();
+  for (uint64_t i = 1; i <= (uint64_t)x->rounds; i++) {
+    atomic_store_explicit(&x->ping, i, memory_order_release);
+    while (atomic_load_explicit(&x->pong, memory_order_acquire) < i) {
+    }
+  }
+  a->ns = (bench_membw_now() - t0) * 1e9 / x->rounds;
+  return NULL;
+}
+
+double bench_measure_line_rtt(void) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return 0.0; /* one CPU: no transfer to time */
+  double best = 0.0;
+  for (int rep = 0; rep < 3; rep++) {
+    bench_pingpong_t x = {.rounds = 20000};
+    bench_ping_arg_t a = {&x, 0.0};
+    pthread_t th[2];
+    if (bench_spawn_on_cpu(&th[1], 1, bench_pong_thread, &x) != 0) return 0.0;
+    if (bench_spawn_on_cpu(&th[0], 0, bench_ping_thread, &a) != 0) {
+      /* release the pong thread: it waits for every ping */
+      atomic_store(&x.ping, (uint64_t)x.rounds);
+      pthread_join(th[1], NULL);
+      return 0.0;
+    }
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    if (a.ns > 0 && (best == 0.0 || a.ns < best)) best = a.ns;
+  }
+  return best;
 }

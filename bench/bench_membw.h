@@ -24,6 +24,11 @@ extern "C" {
  *  measured. */
 void bench_measure_roof(bench_roof_t *roof);
 
+/** Round trip of one cache line between CPUs 0 and 1 (a counter passed back and forth by
+ *  two pinned threads, best of 3 of 20000), in ns: the floor of a 2-rank exchange. 0 with
+ *  one CPU or when the threads cannot be made. */
+double bench_measure_line_rtt(void);
+
 #ifdef __cplusplus
 }
 #endif

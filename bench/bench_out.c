@@ -221,6 +221,9 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int p
     } else {
       fprintf(f, "null");
     }
+    fprintf(f, ",\"line_round_trip_ns\":");
+    if (r->line_rtt_ns > 0) bench_jnum(f, r->line_rtt_ns);
+    else fprintf(f, "null");
     fprintf(f, ",\"out_of_bounds\":{\"count\":%d,\"okay\":\"%s\"},\"mean_bus_bandwidth\":",
             r->errors, r->errors ? "false" : "true");
     bench_jnum(f, bench_avg_busbw(r));

@@ -186,7 +186,22 @@ def main():
                                           if misses[k] else f" ({seen[k]} point(s))"))
         for line in misses[k]:
             print(f"       {line}")
+    rtt = line_round_trip(out)
+    if rtt:
+        print(f"\nCache-line round trip between CPUs 0 and 1 (the host runs' own measurement): "
+              f"{rtt:.0f} ns median; a 2-rank 8 B allreduce cannot beat one transfer each way")
     print(f"\nraw logs: {out}")
+
+
+def line_round_trip(out):
+    """Median over the host runs' logs of '# Cache-line round trip ...: N ns', or None."""
+    got = []
+    for path in glob.glob(f"{out}/uni-*.log"):
+        for line in open(path, errors="replace"):
+            m = re.match(r"# Cache-line round trip between CPUs 0 and 1: (\d+) ns", line)
+            if m:
+                got.append(float(m.group(1)))
+    return statistics.median(got) if got else None
 
 
 if __name__ == "__main__":

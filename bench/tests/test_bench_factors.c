@@ -283,3 +283,12 @@ Test(bench_factors, roof_measured_on_two_cpus_from_a_bound_process, .timeout = 1
   for (int i = 0; i < roof.n; i++) cr_expect_gt(roof.gbs[i], 0.0, "point %d", i);
   cr_expect_eq(roof.cpus, 2, "the measuring threads ran on %d CPU(s)", roof.cpus);
 }
+
+/* The cache-line round trip between two CPUs: a positive time, below a millisecond (one
+ * line each way; a thread that never ran would hang the loop or read 0). */
+Test(bench_factors, line_round_trip_measured, .timeout = 60) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU online");
+  double ns = bench_measure_line_rtt();
+  cr_expect_gt(ns, 0.0);
+  cr_expect_lt(ns, 1e6, "%g ns", ns);
+}

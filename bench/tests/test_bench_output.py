@@ -138,6 +138,8 @@ def main():
             check(r["extra"] == [], "data row has fields beyond nccl-tests' 13: %s" % r)
         check("# unilink per size [host]" in p.stdout, "algorithm/%roof comment lines missing")
         check_roof(p.stdout, ours["rows"], 2)
+        check("# Cache-line round trip between CPUs 0 and 1: " in p.stdout or os.cpu_count() < 2,
+              "cache-line round trip line missing")
         # the checker must be able to fail: corrupt one element of rank 0's result
         env = dict(os.environ, UNILINK_BENCH_FAULT="wrong")
         p = subprocess.run([a.bench, "allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",

@@ -194,6 +194,8 @@ static void lines_write(char *line, uint64_t flag, const void *src, size_t b) {
   const char *s = src;
   for (; b > 0; line += UL__LL_LINE) {
     size_t m = b < UL__LL_PAYLOAD ? b : UL__LL_PAYLOAD;
+    /* a full line's constant size compiles to moves; a libc call per line cost a third
+     * of a 512 B allreduce */
     if (m == UL__LL_PAYLOAD) memcpy(line + sizeof(uint64_t), s, UL__LL_PAYLOAD);
     else memcpy(line + sizeof(uint64_t), s, m);
     __atomic_store_n((uint64_t *)line, flag, __ATOMIC_RELEASE);
@@ -223,7 +225,7 @@ static ul_result_t lines_read(algo_ctx_t *x, const char *line, uint64_t flag, in
                                   (unsigned long long)__atomic_load_n((const uint64_t *)line,
                                                                       __ATOMIC_ACQUIRE));
     }
-    if (m == UL__LL_PAYLOAD) memcpy(d, line + sizeof(uint64_t), UL__LL_PAYLOAD);
+    if (m == UL__LL_PAYLOAD) memcpy(d, line + sizeof(uint64_t), UL__LL_PAYLOAD); /* as above */
     else memcpy(d, line + sizeof(uint64_t), m);
     d += m;
     b -= m;
