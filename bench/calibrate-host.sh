@@ -101,25 +101,19 @@ def keys_of(ext):
     return sorted({tuple(os.path.basename(p)[:-len(ext) - 1].rsplit("-", 4)[:3])
                    for p in glob.glob(f"{logs}/*.{ext}")})
 
-for coll, place, n in keys_of("log"):
-    staged = "oneshot" if coll == "allreduce" else "staged"
-    ratio = ratios(coll, place, n, staged, "direct", "log")  # staged time / direct time
-    sizes = sorted(ratio)
-    if not sizes:
-        print(f"calibrate-host.sh: no data for {coll} {place} {n}", file=sys.stderr)
-        continue
-    limit = staged_limit(ratio)
-    shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
-    lines.append(f"{coll} {n} {place} {limit}   # staged/direct time: {shown}")
-for coll, place, n in keys_of("private"):
-    ratio = ratios(coll, place, n, "bounce", "direct", "private")  # bounce time / direct time
-    sizes = sorted(ratio)
-    if not sizes:
-        print(f"calibrate-host.sh: no malloc-buffer data for {coll} {place} {n}", file=sys.stderr)
-        continue
-    limit = bounce_from(ratio)
-    shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sizes)
-    lines.append(f"{coll} {n} {place} bounce_from {limit}   # bounce/single-copy time: {shown}")
+# (log extension, first algorithm of the ratio, its rule, what the line says, what the
+# comment shows): the staged limits from the .log runs, bounce_from from the .private ones
+LIMITS = [("log", None, staged_limit, "", "staged/direct"),
+          ("private", "bounce", bounce_from, "bounce_from ", "bounce/single-copy")]
+for ext, first, rule, key, what in LIMITS:
+    for coll, place, n in keys_of(ext):
+        algo = first or ("oneshot" if coll == "allreduce" else "staged")
+        ratio = ratios(coll, place, n, algo, "direct", ext)  # time[algo] / time[direct]
+        if not ratio:
+            print(f"calibrate-host.sh: no {ext} data for {coll} {place} {n}", file=sys.stderr)
+            continue
+        shown = " ".join(f"{s >> 10}K:{ratio[s]:.2f}" for s in sorted(ratio))
+        lines.append(f"{coll} {n} {place} {key}{rule(ratio)}   # {what} time: {shown}")
 open(path, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 print(f"\nwrote {path}; use it with UNILINK_TUNING_FILE={path}")
