@@ -1,6 +1,7 @@
-/* The memory-and-transport floor (backend ABI 1.4): the host backend's single-copy peer
- * ops and streaming copy, and what the generic layer does for a table without them (one
- * built against ABI 1.3: the host table cut short, registered as "hostold"). Process
+/* The memory-and-transport floor (backend ABI 1.4 and 1.5): the host backend's
+ * single-copy peer ops, streaming copy and streaming reduction, and what the generic
+ * layer does for a table without them (one built against ABI 1.3: the host table cut
+ * short, registered as "hostold"). Process
  * ranks are fork()ed children reporting through their exit status (0 = ok, otherwise
  * the step that failed, with a message on stderr). */
 #define _GNU_SOURCE
@@ -14,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream */
+#include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream, ... */
 #include "fork_ranks.h"
 #include "ul_core.h"
 
@@ -140,6 +141,129 @@ Test(floor, threads_without_copy_stream_run_direct, .timeout = 60) {
     cr_expect_str_eq(jobs[k].info.algorithm, "direct");
     cr_expect_str_eq(jobs[k].info.path, "threads");
     ul_comm_destroy(comms[k]);
+  }
+}
+
+/* ------------------------------------------- streaming reduction (ABI 1.5) */
+
+/* The host table with reduce_stream counted, registered as "hostcount". */
+static ul_backend_ops_t count_ops;
+static _Atomic long stream_calls;
+static ul_result_t (*host_reduce_stream)(ul_backend_comm_t *, void *const *, int, const void *,
+                                         const void *, size_t, ul_dtype_t, ul_op_t,
+                                         ul_backend_stream_t *);
+
+static ul_result_t counted_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst,
+                                         const void *a, const void *b, size_t count,
+                                         ul_dtype_t dt, ul_op_t op, ul_backend_stream_t *s) {
+  stream_calls++;
+  return host_reduce_stream(c, dst, ndst, a, b, count, dt, op, s);
+}
+
+static void register_hostcount(void) {
+  ul__backend_t *host = NULL;
+  cr_assert_eq(ul__registry_find("host", &host), UL_OK, "%s", ul_last_error());
+  cr_assert(!ul__op_is_stub((const void *)host->ops.reduce_stream));
+  count_ops = host->ops;
+  host_reduce_stream = host->ops.reduce_stream;
+  count_ops.name = "hostcount";
+  count_ops.description = "the host backend with its streaming reductions counted";
+  count_ops.reduce_stream = counted_reduce_stream;
+  cr_assert_eq(ul__registry_add(&count_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
+}
+
+enum { PH_ALLREDUCE, PH_ALLREDUCE_INPLACE, PH_REDUCE_SCATTER, PH_REDUCE_SCATTER_INPLACE,
+       PH_REDUCE, PH_ALLREDUCE_AVG, PH_COUNT };
+static const char *const phase_name[PH_COUNT] = {
+    "allreduce", "allreduce in place", "reduce_scatter", "reduce_scatter in place",
+    "reduce to rank 1", "allreduce avg"};
+
+/* One large collective of the phase, checked exactly. BIG + 3 elements per block: an
+ * odd tail after the whole lines. A reduce streams each rank's 1/n of the output, so it
+ * gets twice as many (still over UL__NT_MIN_BYTES with 3 ranks). */
+static int stream_phase(ul_comm_t c, int me, int n, int phase) {
+  size_t cnt = (phase == PH_REDUCE ? 2 * BIG : BIG) + 3, all = cnt * (size_t)n;
+  int scatter = phase == PH_REDUCE_SCATTER || phase == PH_REDUCE_SCATTER_INPLACE;
+  size_t in = scatter ? all : cnt;
+  float *s = malloc(in * sizeof *s), *r = malloc(cnt * sizeof *r);
+  STEP(30, s && r, "out of memory");
+  for (size_t i = 0; i < in; i++) s[i] = val(me, i);
+  for (size_t i = 0; i < cnt; i++) r[i] = -1;
+  ul_result_t rc = UL_OK;
+  float *res = r;
+  switch (phase) {
+  case PH_ALLREDUCE: rc = ul_allreduce(s, r, cnt, UL_FP32, UL_SUM, c, NULL); break;
+  case PH_ALLREDUCE_INPLACE:
+    rc = ul_allreduce(s, s, cnt, UL_FP32, UL_SUM, c, NULL), res = s;
+    break;
+  case PH_REDUCE_SCATTER: rc = ul_reduce_scatter(s, r, cnt, UL_FP32, UL_SUM, c, NULL); break;
+  case PH_REDUCE_SCATTER_INPLACE:
+    res = s + (size_t)me * cnt;
+    rc = ul_reduce_scatter(s, res, cnt, UL_FP32, UL_SUM, c, NULL);
+    break;
+  case PH_REDUCE: rc = ul_reduce(s, r, cnt, UL_FP32, UL_SUM, 1, c, NULL); break;
+  default: rc = ul_allreduce(s, r, cnt, UL_FP32, UL_AVG, c, NULL); break;
+  }
+  STEP(31, rc == UL_OK, "%s: %s", phase_name[phase], ul_comm_last_error(c));
+  ul_call_info_t info = last_call(c);
+  STEP(32, strcmp(info.algorithm, "direct") == 0, "%s: algorithm %s", phase_name[phase],
+       info.algorithm);
+  if (phase != PH_REDUCE || me == 1)
+    for (size_t i = 0; i < cnt; i++) {
+      size_t e = scatter ? (size_t)me * cnt + i : i;
+      float want = 0;
+      for (int p = 0; p < n; p++) want += val(p, e);
+      if (phase == PH_ALLREDUCE_AVG) want /= (float)n;
+      STEP(33, res[i] == want, "%s n=%d [%zu] = %g, want %g", phase_name[phase], n, i, res[i],
+           want);
+    }
+  free(s);
+  free(r);
+  return 0;
+}
+
+typedef struct stream_job {
+  ul_comm_t c;
+  int me, n, phase, rc;
+} stream_job_t;
+
+static void *stream_rank(void *arg) {
+  stream_job_t *j = arg;
+  j->rc = stream_phase(j->c, j->me, j->n, j->phase);
+  return NULL;
+}
+
+/* Thread ranks (2 and 3: the n > 2 chain ends in the streaming step too): large
+ * reductions out of place and in place go straight from the reduction into every
+ * output (reduce_stream called), exact to the last odd element; avg does not (its
+ * scaling would read the outputs back) and is exact too. */
+Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
+  register_hostcount();
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "hostcount";
+  cfg.timeout_ms = 30000;
+  for (int n = 2; n <= 3; n++) {
+    ul_comm_t comms[3];
+    cr_assert_eq(ul_comm_init_all(comms, &cfg, n, NULL), UL_OK, "%s", ul_last_error());
+    cr_assert_eq(comms[0]->generic->reduce_stream, 1);
+    for (int phase = 0; phase < PH_COUNT; phase++) {
+      long before = stream_calls;
+      stream_job_t jobs[3];
+      pthread_t th[3];
+      for (int k = 0; k < n; k++) {
+        jobs[k] = (stream_job_t){.c = comms[k], .me = k, .n = n, .phase = phase};
+        cr_assert_eq(pthread_create(&th[k], NULL, stream_rank, &jobs[k]), 0);
+      }
+      for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
+      for (int k = 0; k < n; k++)
+        cr_assert_eq(jobs[k].rc, 0, "n=%d %s: rank %d failed at step %d (message above)", n,
+                     phase_name[phase], k, jobs[k].rc);
+      if (phase == PH_ALLREDUCE_AVG)
+        cr_expect_eq(stream_calls, before, "n=%d avg streamed", n);
+      else
+        cr_expect_gt(stream_calls, before, "n=%d %s did not stream", n, phase_name[phase]);
+    }
+    for (int k = 0; k < n; k++) ul_comm_destroy(comms[k]);
   }
 }
 

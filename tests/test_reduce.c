@@ -459,3 +459,90 @@ Test(reduce, bad_args_change_nothing, .timeout = 10) {
   for (int i = 0; i < 6; i++) cr_assert_eq(d[i], 2 * i + 3);
   cr_assert_eq(d[6], 0);
 }
+
+/* ------------------------------------------------------ streaming reduction */
+
+/* ul_reduce_stream_local writes exactly ul_reduce_local's bytes into each of its outputs
+ * and nothing around them: every dtype and op, counts across line boundaries, outputs
+ * at every element offset from a line and at offsets from each other that do and do
+ * not allow streaming stores (a multiple of 16 bytes or not), and in place (outputs that
+ * are the inputs). */
+Test(reduce, stream_matches_reduce_local, .timeout = 120) {
+  enum { PAD = 128, MAXC = 300 };
+  static const size_t counts[] = {1, 7, 15, 16, 17, 63, 64, 65, 130, 257, MAXC};
+  uint64_t s = 7;
+  unsigned char *buf = aligned_alloc(64, 6 * (MAXC * 8 + 2 * PAD));
+  cr_assert(buf);
+  size_t stride = MAXC * 8 + 2 * PAD;
+  unsigned char *a = buf + PAD, *b = a + stride, *want = b + stride;
+  unsigned char *o[3] = {want + stride, want + 2 * stride, want + 3 * stride};
+  for (int dt = 0; dt < UL_DTYPE_COUNT; dt++)
+    for (int op = 0; op < UL_OP_COUNT; op++)
+      for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        size_t count = counts[ci], es = ul_dtype_size((ul_dtype_t)dt), bytes = count * es;
+        for (size_t i = 0; i < count; i++) {
+          store((ul_dtype_t)dt, a, i, gen_exact((ul_dtype_t)dt, 0, &s));
+          store((ul_dtype_t)dt, b, i, gen_exact((ul_dtype_t)dt, 1, &s));
+        }
+        cr_assert_eq(ul_reduce_local(want, a, b, count, (ul_dtype_t)dt, (ul_op_t)op), UL_OK);
+        for (int ndst = 1; ndst <= 3; ndst++)
+          for (size_t shift = 0; shift < 4; shift++) {
+            void *dst[3];
+            for (int d = 0; d < ndst; d++) {
+              /* output 0 at shift elements from a line; output 2 a few bytes off the
+               * others' 16-byte offset when the dtype allows (ordinary stores for it) */
+              size_t skew = d == 2 && es < 16 ? es : 0;
+              dst[d] = o[d] + shift * es + skew;
+              memset(o[d] - PAD, 0xC3, stride);
+            }
+            cr_assert_eq(ul_reduce_stream_local(dst, ndst, a, b, count, (ul_dtype_t)dt,
+                                                (ul_op_t)op),
+                         UL_OK);
+            for (int d = 0; d < ndst; d++) {
+              unsigned char *p = dst[d];
+              cr_assert_eq(memcmp(p, want, bytes), 0, "%s %s count %zu ndst %d shift %zu: "
+                           "output %d differs", ul_dtype_name((ul_dtype_t)dt),
+                           ul_op_name((ul_op_t)op), count, ndst, shift, d);
+              for (unsigned char *q = o[d] - PAD; q < o[d] - PAD + stride; q++)
+                if (q < p || q >= p + bytes)
+                  cr_assert_eq(*q, 0xC3, "%s count %zu: byte %td around output %d written",
+                               ul_dtype_name((ul_dtype_t)dt), count, q - p, d);
+            }
+          }
+        /* in place: the outputs are the inputs themselves */
+        memcpy(o[0], a, bytes);
+        memcpy(o[1], b, bytes);
+        void *inplace[2] = {o[0], o[1]};
+        cr_assert_eq(ul_reduce_stream_local(inplace, 2, o[0], o[1], count, (ul_dtype_t)dt,
+                                            (ul_op_t)op),
+                     UL_OK);
+        cr_assert_eq(memcmp(o[0], want, bytes), 0, "in place: a");
+        cr_assert_eq(memcmp(o[1], want, bytes), 0, "in place: b");
+      }
+  free(buf);
+}
+
+Test(reduce, stream_bad_args_change_nothing, .timeout = 10) {
+  int32_t a[32], b[32], d0[32], d1[32];
+  for (int i = 0; i < 32; i++) a[i] = i, b[i] = 1, d0[i] = d1[i] = -1;
+  void *two[2] = {d0, d1}, *null1[2] = {d0, NULL};
+  cr_assert_eq(ul_reduce_stream_local(two, 0, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(NULL, 1, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(null1, 2, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(two, 2, NULL, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, 8, UL_DTYPE_COUNT, UL_SUM),
+               UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, 8, UL_INT32, UL_OP_COUNT),
+               UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, SIZE_MAX / 2, UL_INT32, UL_SUM),
+               UL_ERR_INVALID_ARG);
+  /* an output partially over an input, or two outputs over each other */
+  void *part[2] = {d0, a + 1}, *same[2] = {d0, d0 + 4};
+  cr_assert_eq(ul_reduce_stream_local(part, 2, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert_eq(ul_reduce_stream_local(same, 2, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "overlaps dst[0]"), "%s", ul_last_error());
+  for (int i = 0; i < 32; i++) cr_assert(a[i] == i && b[i] == 1 && d0[i] == -1 && d1[i] == -1);
+  /* count 0: nothing to do */
+  cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, 0, UL_INT32, UL_SUM), UL_OK);
+  for (int i = 0; i < 32; i++) cr_assert(d0[i] == -1 && d1[i] == -1);
+}

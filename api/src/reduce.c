@@ -27,6 +27,9 @@
  */
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "ul_core.h"
 
@@ -128,14 +131,35 @@ UL__SMALL_FLOAT_OPS(e4m3, uint8_t, red_e4m3_to_float, red_float_to_e4m3)
 UL__SMALL_FLOAT_OPS(e5m2, uint8_t, red_e5m2_to_float, red_float_to_e5m2)
 
 /* --------------------------------------------------------------- kernels */
-/* Three variants per (type, op):
+/* Four variants per (type, op):
  *   k3: dst overlaps neither input (a and b may overlap each other: both only read);
  *   k2: dst == one input, the other input is disjoint: dst[i] = dst[i] op other[i]
  *       (every op is commutative, so dst == b reuses it with a as `other`);
- *   k1: dst == a == b. */
+ *   k1: dst == a == b;
+ *   ks: whole 64-byte lines of a op b, each line stored streaming into every one of
+ *       ndst outputs at byte offset off (aligned to the line there, overlapping nothing). */
 typedef void (*red_k3_fn)(void *restrict, const void *restrict, const void *restrict, size_t);
 typedef void (*red_k2_fn)(void *restrict, const void *restrict, size_t);
 typedef void (*red_k1_fn)(void *, size_t);
+typedef void (*red_ks_fn)(void *const *, int, size_t, const void *, const void *,
+                          size_t);
+
+#define RED_LINE 64
+
+/* One computed line to an output, bypassing the cache (no read for ownership of the
+ * output, no eviction of the inputs still to be read). */
+UL__INLINE void red_stream_line(void *d, const void *line) {
+#if defined(__x86_64__)
+  const __m128i *l = line;
+  __m128i *o = d;
+  _mm_stream_si128(o, _mm_load_si128(l));
+  _mm_stream_si128(o + 1, _mm_load_si128(l + 1));
+  _mm_stream_si128(o + 2, _mm_load_si128(l + 2));
+  _mm_stream_si128(o + 3, _mm_load_si128(l + 3));
+#else
+  memcpy(d, line, RED_LINE);
+#endif
+}
 
 #define UL__KERNELS(SFX, OP, T)                                                                  \
   static void red_k3_##OP##_##SFX(void *restrict dv, const void *restrict av,                    \
@@ -153,6 +177,16 @@ typedef void (*red_k1_fn)(void *, size_t);
   static void red_k1_##OP##_##SFX(void *dv, size_t n) {                                          \
     T *d = dv;                                                                                   \
     for (size_t i = 0; i < n; i++) d[i] = red_##OP##_##SFX(d[i], d[i]);                         \
+  }                                                                                              \
+  static void red_ks_##OP##_##SFX(void *const *dst, int ndst, size_t off, const void *av,        \
+                                  const void *bv, size_t lines) {                                \
+    const T *a = av;                                                                             \
+    const T *b = bv;                                                                             \
+    for (size_t k = 0; k < lines; k++, a += RED_LINE / sizeof(T), b += RED_LINE / sizeof(T)) {   \
+      T line[RED_LINE / sizeof(T)] __attribute__((aligned(RED_LINE)));                           \
+      for (size_t i = 0; i < RED_LINE / sizeof(T); i++) line[i] = red_##OP##_##SFX(a[i], b[i]);  \
+      for (int d = 0; d < ndst; d++) red_stream_line((char *)dst[d] + off + k * RED_LINE, line); \
+    }                                                                                            \
   }
 
 #define UL__KERNELS_ALL_OPS(SFX, T)                                                              \
@@ -179,9 +213,11 @@ typedef struct red_kernels {
   red_k3_fn k3;
   red_k2_fn k2;
   red_k1_fn k1;
+  red_ks_fn ks;
 } red_kernels_t;
 
-#define UL__K(SFX, OP) {red_k3_##OP##_##SFX, red_k2_##OP##_##SFX, red_k1_##OP##_##SFX}
+#define UL__K(SFX, OP)                                                                           \
+  {red_k3_##OP##_##SFX, red_k2_##OP##_##SFX, red_k1_##OP##_##SFX, red_ks_##OP##_##SFX}
 /* Indexed [dtype][op]; avg (op 4) reduces as sum. */
 #define UL__KROW(SFX)                                                                            \
   {UL__K(SFX, sum), UL__K(SFX, prod), UL__K(SFX, min), UL__K(SFX, max), UL__K(SFX, sum)}
@@ -199,43 +235,105 @@ static int red_overlap(const void *p, const void *q, size_t len) {
   return x < y + len && y < x + len;
 }
 
-ul_result_t ul_reduce_local(void *dst, const void *a, const void *b, size_t count,
-                            ul_dtype_t dtype, ul_op_t op) {
+/* dst = a op b with the kernel for how dst aliases the inputs (exactly or not at all). */
+static void red_apply(const red_kernels_t *k, void *dst, const void *a, const void *b,
+                      size_t count) {
+  if (dst == a && dst == b) k->k1(dst, count);
+  else if (dst == a) k->k2(dst, b, count);
+  else if (dst == b) k->k2(dst, a, count);
+  else k->k3(dst, a, b, count);
+}
+
+/* The checks both entry points make: dtype, op, NULL pointers with count > 0 (outputs
+ * counted in nd of dst), size overflow. *bytes gets the length of one buffer. */
+static ul_result_t red_check(const char *fn, void *const *dst, int nd, const void *a,
+                             const void *b, size_t count, ul_dtype_t dtype, ul_op_t op,
+                             size_t *bytes) {
+  *bytes = 0;
   if (!ul__dtype_valid(dtype))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_reduce_local: unknown dtype %d",
-                                (int)dtype);
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
   if (!ul__op_valid(op))
-    return ul__set_thread_error(UL_ERR_INVALID_ARG, "ul_reduce_local: unknown op %d", (int)op);
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: unknown op %d", fn, (int)op);
   if (count == 0) return UL_OK;
-  if (!dst || !a || !b)
-    return ul__set_thread_error(UL_ERR_INVALID_ARG,
-                                "ul_reduce_local: %s is NULL with count %zu > 0",
-                                !dst ? "dst" : !a ? "a" : "b", count);
+  for (int d = 0; d < nd; d++)
+    if (!dst[d])
+      return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: dst[%d] is NULL with count %zu > 0",
+                                  fn, d, count);
+  if (!a || !b)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %s is NULL with count %zu > 0", fn,
+                                !a ? "a" : "b", count);
   size_t esize = ul_dtype_size(dtype);
   if (count > SIZE_MAX / esize)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: count %zu * %zu bytes overflows size_t",
+                                fn, count, esize);
+  *bytes = count * esize;
+  return UL_OK;
+}
+
+ul_result_t ul_reduce_local(void *dst, const void *a, const void *b, size_t count,
+                            ul_dtype_t dtype, ul_op_t op) {
+  size_t bytes;
+  ul_result_t rc = red_check("ul_reduce_local", &dst, 1, a, b, count, dtype, op, &bytes);
+  if (rc != UL_OK || bytes == 0) return rc;
+  if ((dst != a && red_overlap(dst, a, bytes)) || (dst != b && red_overlap(dst, b, bytes)))
     return ul__set_thread_error(UL_ERR_INVALID_ARG,
-                                "ul_reduce_local: count %zu * %zu bytes overflows size_t", count,
-                                esize);
-  size_t bytes = count * esize;
-  const red_kernels_t *k = &red_table[dtype][op];
-  if (dst == a && dst == b) {
-    k->k1(dst, count);
-  } else if (dst == a || dst == b) {
-    const void *other = dst == a ? b : a;
-    if (red_overlap(dst, other, bytes))
+                                "ul_reduce_local: dst partially overlaps %s (only exact "
+                                "aliasing is allowed)",
+                                dst != a && red_overlap(dst, a, bytes) ? "a" : "b");
+  red_apply(&red_table[dtype][op], dst, a, b, count);
+  return UL_OK;
+}
+
+/* Elements [i, i + n) of a op b into every output, with ordinary stores (the parts of a
+ * streaming reduction that are not whole aligned lines). An output that is an input
+ * gets its copy after the reduction has read that part. */
+static void red_part(const red_kernels_t *k, void *const *dst, int ndst, const void *a,
+                     const void *b, size_t i, size_t n, size_t esize) {
+  if (n == 0) return;
+  size_t off = i * esize;
+  red_apply(k, (char *)dst[0] + off, (const char *)a + off, (const char *)b + off, n);
+  for (int d = 1; d < ndst; d++) memcpy((char *)dst[d] + off, (char *)dst[0] + off, n * esize);
+}
+
+ul_result_t ul_reduce_stream_local(void *const *dst, int ndst, const void *a, const void *b,
+                                   size_t count, ul_dtype_t dtype, ul_op_t op) {
+  static const char fn[] = "ul_reduce_stream_local";
+  if (!dst || ndst < 1)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %d outputs (dst %s); at least one",
+                                fn, ndst, dst ? "set" : "NULL");
+  size_t bytes;
+  ul_result_t rc = red_check(fn, dst, ndst, a, b, count, dtype, op, &bytes);
+  if (rc != UL_OK || bytes == 0) return rc;
+  for (int d = 0; d < ndst; d++) {
+    /* exact aliasing is safe: each line is read before it is written */
+    if ((dst[d] != a && red_overlap(dst[d], a, bytes)) ||
+        (dst[d] != b && red_overlap(dst[d], b, bytes)))
       return ul__set_thread_error(UL_ERR_INVALID_ARG,
-                                  "ul_reduce_local: dst partially overlaps %s (only exact "
-                                  "aliasing is allowed)",
-                                  dst == a ? "b" : "a");
-    k->k2(dst, other, count);
-  } else {
-    if (red_overlap(dst, a, bytes) || red_overlap(dst, b, bytes))
-      return ul__set_thread_error(UL_ERR_INVALID_ARG,
-                                  "ul_reduce_local: dst partially overlaps %s (only exact "
-                                  "aliasing is allowed)",
-                                  red_overlap(dst, a, bytes) ? "a" : "b");
-    k->k3(dst, a, b, count);
+                                  "%s: dst[%d] partially overlaps %s (only exact aliasing is "
+                                  "allowed)",
+                                  fn, d, dst[d] != a && red_overlap(dst[d], a, bytes) ? "a" : "b");
+    for (int e = 0; e < d; e++)
+      if (red_overlap(dst[d], dst[e], bytes))
+        return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: dst[%d] overlaps dst[%d]", fn, d, e);
   }
+  const red_kernels_t *k = &red_table[dtype][op];
+  size_t esize = ul_dtype_size(dtype);
+  uintptr_t d0 = (uintptr_t)dst[0];
+  /* Streaming stores need every output at the same offset within 16 bytes as dst[0]
+   * (it is aligned to the line) and whole elements up to the line: otherwise ordinary
+   * stores, as ul_reduce_local. */
+  int lines_ok = d0 % esize == 0;
+  for (int d = 1; d < ndst; d++) lines_ok &= ((uintptr_t)dst[d] - d0) % 16 == 0;
+  size_t head = lines_ok ? ((RED_LINE - d0 % RED_LINE) % RED_LINE) / esize : count;
+  if (head > count) head = count;
+  size_t lines = (count - head) * esize / RED_LINE, per = RED_LINE / esize;
+  red_part(k, dst, ndst, a, b, 0, head, esize);
+  size_t off = head * esize;
+  if (lines) k->ks(dst, ndst, off, (const char *)a + off, (const char *)b + off, lines);
+  red_part(k, dst, ndst, a, b, head + lines * per, count - head - lines * per, esize);
+#if defined(__x86_64__)
+  _mm_sfence(); /* the streaming stores are ordered before whatever signal follows */
+#endif
   return UL_OK;
 }
 

@@ -149,6 +149,11 @@ static ul_result_t ul__stub_copy_stream(ul_backend_comm_t *c, void *dst, const v
                                         size_t n, ul_backend_stream_t *s) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_reduce_stream(ul_backend_comm_t *c, void *const *dst, int nd,
+                                          const void *a, const void *b, size_t n, ul_dtype_t t,
+                                          ul_op_t op, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -199,7 +204,8 @@ static ul_result_t ul__stub_copy_stream(ul_backend_comm_t *c, void *dst, const v
   X(peer_copy_ready, ul__stub_peer_copy_ready)    \
   X(peer_read, ul__stub_peer_read)                \
   X(peer_write, ul__stub_peer_write)              \
-  X(copy_stream, ul__stub_copy_stream)
+  X(copy_stream, ul__stub_copy_stream)            \
+  X(reduce_stream, ul__stub_reduce_stream)
 
 static const void *const ul__stubs[] = {
 #define UL__STUB_ADDR(field, stub) (const void *)stub,

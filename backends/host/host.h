@@ -259,6 +259,9 @@ ul_result_t host_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
 ul_result_t host_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, const void *b,
                               size_t count, ul_dtype_t dtype, ul_op_t op,
                               ul_backend_stream_t *s);
+ul_result_t host_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst, const void *a,
+                               const void *b, size_t count, ul_dtype_t dtype, ul_op_t op,
+                               ul_backend_stream_t *s);
 ul_result_t host_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
                            int nranks, ul_backend_stream_t *s);
 ul_result_t host_copy_local(ul_backend_comm_t *c, void *dst, const void *src, size_t bytes,

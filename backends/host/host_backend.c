@@ -64,4 +64,5 @@ const ul_backend_ops_t ul_backend_host = {
     .peer_read = host_peer_read,
     .peer_write = host_peer_write,
     .copy_stream = host_copy_stream,
+    .reduce_stream = host_reduce_stream,
 };

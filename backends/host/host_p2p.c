@@ -104,6 +104,20 @@ ul_result_t host_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, co
   return UL_OK;
 }
 
+ul_result_t host_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst, const void *a,
+                               const void *b, size_t count, ul_dtype_t dtype, ul_op_t op,
+                               ul_backend_stream_t *s) {
+  (void)s;
+  ul_result_t rc = ul_reduce_stream_local(dst, ndst, a, b, count, dtype, op);
+  if (rc != UL_OK)
+    return ul_backend_set_error(c->handle, rc,
+                                "host: streaming reduction of %zu %s with %s into %d outputs "
+                                "failed",
+                                count, ul_dtype_name(dtype) ? ul_dtype_name(dtype) : "?",
+                                ul_op_name(op) ? ul_op_name(op) : "?", ndst);
+  return UL_OK;
+}
+
 ul_result_t host_scale_avg(ul_backend_comm_t *c, void *buf, size_t count, ul_dtype_t dtype,
                            int nranks, ul_backend_stream_t *s) {
   (void)s;

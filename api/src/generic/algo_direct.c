@@ -130,13 +130,23 @@ static ul_result_t bounce_instead(algo_ctx_t *x) {
 
 /* ============================ direct (load/store peers) ============================ */
 
+/* The last reduction of a piece: into acc, or (nout > 0) straight into the nout
+ * outputs with streaming stores. */
+static ul_result_t reduce_last(algo_ctx_t *x, void *acc, void *const *out, int nout,
+                               const void *p, const void *q, size_t cnt) {
+  if (!nout) return REDUCE(x, acc, p, q, cnt);
+  return x->o->reduce_stream(BC(x), out, nout, p, q, cnt, x->a->dtype, x->rop, x->bs);
+}
+
 /* The pieces of every rank's send buffer at element e0 reduced into acc, in the order
- * first, second, then the others ascending. first is the rank whose send buffer may
- * alias the output (in place): all inputs of a piece are read before any output of it
- * is written. Each element is computed by one rank only, so every rank sees one result.
- * Peers' pieces come straight from their buffers (threads) or are read into the work
- * area with one system call each (processes). */
-static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, size_t e0, size_t cnt, int first) {
+ * first, second, then the others ascending; with nout > 0 the last step writes the
+ * result to out[0..nout) instead (acc then only holds partial sums). first is the rank
+ * whose send buffer may alias the output (in place): all inputs of a piece are read
+ * before any output of it is written. Each element is computed by one rank only, so
+ * every rank sees one result. Peers' pieces come straight from their buffers (threads)
+ * or are read into the work area with one system call each (processes). */
+static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, void *const *out, int nout, size_t e0,
+                                size_t cnt, int first) {
   ul__generic_t *g = x->g;
   int n = g->n, me = g->me;
   void *t0 = (char *)g->scratch + g->work_off;
@@ -156,7 +166,9 @@ static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, size_t e0, size_t cnt,
       src[i] = tmp;
     }
   }
+  if (n == 2) return reduce_last(x, acc, out, nout, src[0], src[1], cnt);
   UL_CHECK(REDUCE(x, acc, src[0], src[1], cnt));
+  int left = n - 2;
   for (int r = 0; r < n; r++) {
     if (r == order[0] || r == order[1]) continue;
     const void *remote = at(r == me ? x->a->sendbuf : ul__mailbox(g, r)->send, e0, x->esize);
@@ -165,6 +177,7 @@ static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, size_t e0, size_t cnt,
       UL_CHECK(pull(x, r, t1, remote, nb));
       p = t1;
     }
+    if (--left == 0) return reduce_last(x, acc, out, nout, acc, p, cnt);
     UL_CHECK(REDUCE(x, acc, acc, p, cnt));
   }
   return UL_OK;
@@ -193,6 +206,20 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
   size_t out_bytes = (kind == DR_ALLREDUCE ? total : len) * x->esize;
   int nt = x->host && out_bytes >= UL__NT_MIN_BYTES;
   int first = kind == DR_REDUCE ? a->root : me;
+  /* Large outputs reached by load/store are written in the same pass that reads the
+   * inputs, straight from the reduction with streaming stores (the backend's
+   * reduce_stream): reducing into the work area and copying it out afterwards alternates
+   * a read phase and a write phase per piece, and the memory system then does one at a
+   * time (allreduce np2 64 MiB out of place, 2 thread ranks, median of interleaved
+   * rounds: 7.0 -> 4.1 ms on the 2-core EPYC VM, docs/performance.md; in place, 16 MiB:
+   * 0.67-0.82 -> 0.48-0.56 ms). In place an output is exactly the input it is computed
+   * from (the core refuses any other overlap), and each line is read before it is
+   * written. Not for avg: its scaling would read the outputs back. */
+  int stream = nt && n > 1 && g->reduce_stream && a->op != UL_AVG;
+  for (int i = 1; stream && kind == DR_ALLREDUCE && i < n; i++)
+    stream = local_recv(x, (me + i) % n, ul__mailbox(g, (me + i) % n)->recv) != NULL;
+  if (stream && kind == DR_REDUCE && a->root != me)
+    stream = local_recv(x, a->root, ul__mailbox(g, a->root)->recv) != NULL;
   void *t0 = (char *)g->scratch + g->work_off;
   size_t pe = piece_elems(x);
   for (size_t p = 0; p < len; p += pe) {
@@ -202,6 +229,18 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
     if (kind == DR_REDUCE_SCATTER) own = at(a->recvbuf, p, x->esize);
     else if (kind == DR_ALLREDUCE) own = at(a->recvbuf, e0, x->esize);
     else if (a->root == me) own = at(a->recvbuf, e0, x->esize);
+    if (stream) {
+      int nout = 0;
+      if (own) g->outs[nout++] = own;
+      for (int i = 1; kind == DR_ALLREDUCE && i < n; i++) {
+        int r = (me + i) % n;
+        g->outs[nout++] = local_recv(x, r, at(ul__mailbox(g, r)->recv, e0, x->esize));
+      }
+      if (kind == DR_REDUCE && a->root != me)
+        g->outs[nout++] = local_recv(x, a->root, at(ul__mailbox(g, a->root)->recv, e0, x->esize));
+      UL_CHECK(reduce_piece(x, t0, g->outs, nout, e0, cnt, first));
+      continue;
+    }
     /* Accumulate in the cache-resident work area when the output is written with
      * streaming stores or sent elsewhere; else straight into our own output. In place
      * the output is the input just read, in the cache: ordinary stores cost nothing
@@ -209,7 +248,7 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
      * synchronized calls: zero-copy 4.2-6.1 -> 3.0-3.8 ms, threads 6.0 -> 5.0 ms). */
     int inplace = own && own == at(a->sendbuf, e0, x->esize);
     void *acc = (own && (inplace || (!nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)))) ? own : t0;
-    UL_CHECK(reduce_piece(x, acc, e0, cnt, first));
+    UL_CHECK(reduce_piece(x, acc, NULL, 0, e0, cnt, first));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
     if (own) UL_CHECK(ul__out_copy(x, own, acc, nb, nt));
     if (kind == DR_ALLREDUCE) {

@@ -106,11 +106,13 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->peer_bases = calloc((size_t)n, sizeof *g->peer_bases);
   g->zsend = calloc((size_t)n, sizeof *g->zsend);
   g->zrecv = calloc((size_t)n, sizeof *g->zrecv);
+  g->outs = calloc((size_t)n, sizeof *g->outs);
   g->ready_expect = calloc((size_t)n, sizeof *g->ready_expect);
   g->done_expect = calloc((size_t)n, sizeof *g->done_expect);
   g->slot_need = calloc((size_t)n * UL__STAGE_SLOTS, sizeof *g->slot_need);
   g->lb_count = calloc((size_t)n, sizeof *g->lb_count);
-  if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->ready_expect ||
+  if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->outs ||
+      !g->ready_expect ||
       !g->done_expect || !g->slot_need || !g->lb_count) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
@@ -139,6 +141,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   }
   g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
   g->copy_stream = !ul__op_is_stub((const void *)o->copy_stream);
+  g->reduce_stream = !ul__op_is_stub((const void *)o->reduce_stream);
   /* The mailbox, staging and direct paths are CPU loads/stores: they need host memory
    * (cuda p2p peer_bases are device pointers even when ranks share a process). */
   g->shared_scratch = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0;
@@ -179,6 +182,7 @@ void ul__generic_fini_state(ul__generic_t *g) {
   free(g->peer_bases);
   free(g->zsend);
   free(g->zrecv);
+  free(g->outs);
   free(g->ready_expect);
   free(g->done_expect);
   free(g->slot_need);

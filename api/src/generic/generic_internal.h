@@ -77,6 +77,7 @@ typedef struct ul__generic {
   int oversubscribed;
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
+  void **outs;        /* n entries: a piece's outputs for one streaming reduction */
   int zpeers;         /* peers whose buffers the last publish mapped (zero-copy) */
   size_t oneshot_off, oneshot_bytes; /* staging area of 2 x oneshot_bytes per rank */
   size_t hdr_off; /* n x NBUF words: the length of the p2p message a chunk starts */
@@ -109,7 +110,8 @@ typedef struct ul__generic {
     size_t bytes;
     char text[192];
   } reason[UL_COLL_COUNT];
-  int copy_stream; /* backend has copy_stream (streaming stores for large outputs) */
+  int copy_stream;   /* backend has copy_stream (streaming stores for large outputs) */
+  int reduce_stream; /* backend has reduce_stream (reduce straight into streamed outputs) */
 } ul__generic_t;
 
 /* One collective call as an algorithm sees it (algo_*.c, algorithms.c, vcoll.c). */
