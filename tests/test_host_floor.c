@@ -173,16 +173,20 @@ static void register_hostcount(void) {
 }
 
 enum { PH_ALLREDUCE, PH_ALLREDUCE_INPLACE, PH_REDUCE_SCATTER, PH_REDUCE_SCATTER_INPLACE,
-       PH_REDUCE, PH_ALLREDUCE_AVG, PH_COUNT };
+       PH_REDUCE, PH_REDUCE_INPLACE, PH_ALLREDUCE_AVG, PH_COUNT };
 static const char *const phase_name[PH_COUNT] = {
     "allreduce", "allreduce in place", "reduce_scatter", "reduce_scatter in place",
-    "reduce to rank 1", "allreduce avg"};
+    "reduce to rank 1", "reduce to rank 1 in place", "allreduce avg"};
+/* Whether the phase streams: not avg (its scaling would read the outputs back), not a
+ * single output in place (ordinary stores into the lines just read). */
+static const int phase_streams[PH_COUNT] = {1, 1, 1, 0, 1, 0, 0};
 
 /* One large collective of the phase, checked exactly. BIG + 3 elements per block: an
  * odd tail after the whole lines. A reduce streams each rank's 1/n of the output, so it
  * gets twice as many (still over UL__NT_MIN_BYTES with 3 ranks). */
 static int stream_phase(ul_comm_t c, int me, int n, int phase) {
-  size_t cnt = (phase == PH_REDUCE ? 2 * BIG : BIG) + 3, all = cnt * (size_t)n;
+  int reduce = phase == PH_REDUCE || phase == PH_REDUCE_INPLACE;
+  size_t cnt = (reduce ? 2 * BIG : BIG) + 3, all = cnt * (size_t)n;
   int scatter = phase == PH_REDUCE_SCATTER || phase == PH_REDUCE_SCATTER_INPLACE;
   size_t in = scatter ? all : cnt;
   float *s = malloc(in * sizeof *s), *r = malloc(cnt * sizeof *r);
@@ -202,13 +206,17 @@ static int stream_phase(ul_comm_t c, int me, int n, int phase) {
     rc = ul_reduce_scatter(s, res, cnt, UL_FP32, UL_SUM, c, NULL);
     break;
   case PH_REDUCE: rc = ul_reduce(s, r, cnt, UL_FP32, UL_SUM, 1, c, NULL); break;
+  case PH_REDUCE_INPLACE:
+    res = me == 1 ? s : r;
+    rc = ul_reduce(s, res, cnt, UL_FP32, UL_SUM, 1, c, NULL);
+    break;
   default: rc = ul_allreduce(s, r, cnt, UL_FP32, UL_AVG, c, NULL); break;
   }
   STEP(31, rc == UL_OK, "%s: %s", phase_name[phase], ul_comm_last_error(c));
   ul_call_info_t info = last_call(c);
   STEP(32, strcmp(info.algorithm, "direct") == 0, "%s: algorithm %s", phase_name[phase],
        info.algorithm);
-  if (phase != PH_REDUCE || me == 1)
+  if (!reduce || me == 1)
     for (size_t i = 0; i < cnt; i++) {
       size_t e = scatter ? (size_t)me * cnt + i : i;
       float want = 0;
@@ -234,9 +242,9 @@ static void *stream_rank(void *arg) {
 }
 
 /* Thread ranks (2 and 3: the n > 2 chain ends in the streaming step too): large
- * reductions out of place and in place go straight from the reduction into every
- * output (reduce_stream called), exact to the last odd element; avg does not (its
- * scaling would read the outputs back) and is exact too. */
+ * reductions go straight from the reduction into every output (reduce_stream called)
+ * where phase_streams says so, exact to the last odd element; the others are exact
+ * too. */
 Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
   register_hostcount();
   ul_config_t cfg = UL_CONFIG_INIT;
@@ -258,10 +266,10 @@ Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
       for (int k = 0; k < n; k++)
         cr_assert_eq(jobs[k].rc, 0, "n=%d %s: rank %d failed at step %d (message above)", n,
                      phase_name[phase], k, jobs[k].rc);
-      if (phase == PH_ALLREDUCE_AVG)
-        cr_expect_eq(stream_calls, before, "n=%d avg streamed", n);
-      else
+      if (phase_streams[phase])
         cr_expect_gt(stream_calls, before, "n=%d %s did not stream", n, phase_name[phase]);
+      else
+        cr_expect_eq(stream_calls, before, "n=%d %s streamed", n, phase_name[phase]);
     }
     for (int k = 0; k < n; k++) ul_comm_destroy(comms[k]);
   }
