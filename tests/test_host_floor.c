@@ -153,6 +153,24 @@ static ul_result_t (*host_reduce_stream)(ul_backend_comm_t *, void *const *, int
                                          const void *, size_t, ul_dtype_t, ul_op_t,
                                          ul_backend_stream_t *);
 
+/* Copies into another rank's output (the test's buffers, by rank): the copy
+ * collectives spread by source. my_rank is the calling thread's rank. */
+static _Atomic long cross_copies;
+static _Thread_local int my_rank = -1;
+static char *out_of_rank[3];
+static size_t out_bytes;
+static ul_result_t (*host_copy_stream)(ul_backend_comm_t *, void *, const void *, size_t,
+                                       ul_backend_stream_t *);
+
+static ul_result_t counted_copy_stream(ul_backend_comm_t *c, void *dst, const void *src,
+                                       size_t bytes, ul_backend_stream_t *s) {
+  for (int r = 0; r < 3; r++)
+    if (r != my_rank && out_of_rank[r] && (char *)dst >= out_of_rank[r] &&
+        (char *)dst < out_of_rank[r] + out_bytes)
+      cross_copies++;
+  return host_copy_stream(c, dst, src, bytes, s);
+}
+
 static ul_result_t counted_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst,
                                          const void *a, const void *b, size_t count,
                                          ul_dtype_t dt, ul_op_t op, ul_backend_stream_t *s) {
@@ -167,19 +185,26 @@ static void register_hostcount(void) {
   count_ops = host->ops;
   host_reduce_stream = host->ops.reduce_stream;
   count_ops.name = "hostcount";
-  count_ops.description = "the host backend with its streaming reductions counted";
+  count_ops.description = "the host backend with its streaming stores counted";
   count_ops.reduce_stream = counted_reduce_stream;
+  host_copy_stream = host->ops.copy_stream;
+  count_ops.copy_stream = counted_copy_stream;
   cr_assert_eq(ul__registry_add(&count_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
 }
 
 enum { PH_ALLREDUCE, PH_ALLREDUCE_INPLACE, PH_REDUCE_SCATTER, PH_REDUCE_SCATTER_INPLACE,
-       PH_REDUCE, PH_REDUCE_INPLACE, PH_ALLREDUCE_AVG, PH_COUNT };
+       PH_REDUCE, PH_REDUCE_INPLACE, PH_ALLREDUCE_AVG, PH_BROADCAST, PH_BROADCAST_INPLACE,
+       PH_ALLGATHER, PH_ALLGATHER_INPLACE, PH_COUNT };
 static const char *const phase_name[PH_COUNT] = {
     "allreduce", "allreduce in place", "reduce_scatter", "reduce_scatter in place",
-    "reduce to rank 1", "reduce to rank 1 in place", "allreduce avg"};
-/* Whether the phase streams: not avg (its scaling would read the outputs back), not a
- * single output in place (ordinary stores into the lines just read). */
-static const int phase_streams[PH_COUNT] = {1, 1, 1, 0, 1, 0, 0};
+    "reduce to rank 1", "reduce to rank 1 in place", "allreduce avg", "broadcast from rank 1",
+    "broadcast from rank 1 in place", "allgather", "allgather in place"};
+/* Whether the phase streams a reduction: not avg (its scaling would read the outputs
+ * back), not a single output in place (ordinary stores into the lines just read). */
+static const int phase_streams[PH_COUNT] = {1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0};
+/* Whether every rank copies into other ranks' outputs (the copy collectives spread
+ * their input by source). */
+static const int phase_spreads[PH_COUNT] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
 
 /* One large collective of the phase, checked exactly. BIG + 3 elements per block: an
  * odd tail after the whole lines. A reduce streams each rank's 1/n of the output, so it
@@ -188,11 +213,19 @@ static int stream_phase(ul_comm_t c, int me, int n, int phase) {
   int reduce = phase == PH_REDUCE || phase == PH_REDUCE_INPLACE;
   size_t cnt = (reduce ? 2 * BIG : BIG) + 3, all = cnt * (size_t)n;
   int scatter = phase == PH_REDUCE_SCATTER || phase == PH_REDUCE_SCATTER_INPLACE;
-  size_t in = scatter ? all : cnt;
-  float *s = malloc(in * sizeof *s), *r = malloc(cnt * sizeof *r);
+  int gather = phase == PH_ALLGATHER || phase == PH_ALLGATHER_INPLACE;
+  size_t in = scatter || gather ? all : cnt, outn = gather ? all : cnt;
+  float *s = malloc(in * sizeof *s), *r = malloc(outn * sizeof *r);
   STEP(30, s && r, "out of memory");
   for (size_t i = 0; i < in; i++) s[i] = val(me, i);
-  for (size_t i = 0; i < cnt; i++) r[i] = -1;
+  for (size_t i = 0; i < outn; i++) r[i] = -1;
+  /* the outputs by rank, for counted_copy_stream (every rank's before any copies) */
+  my_rank = me;
+  out_of_rank[me] = (char *)(phase == PH_BROADCAST_INPLACE && me == 1 ? s
+                             : phase == PH_ALLGATHER_INPLACE            ? s
+                                                                        : r);
+  out_bytes = outn * sizeof *r;
+  STEP(34, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
   ul_result_t rc = UL_OK;
   float *res = r;
   switch (phase) {
@@ -210,13 +243,34 @@ static int stream_phase(ul_comm_t c, int me, int n, int phase) {
     res = me == 1 ? s : r;
     rc = ul_reduce(s, res, cnt, UL_FP32, UL_SUM, 1, c, NULL);
     break;
-  default: rc = ul_allreduce(s, r, cnt, UL_FP32, UL_AVG, c, NULL); break;
+  case PH_ALLREDUCE_AVG: rc = ul_allreduce(s, r, cnt, UL_FP32, UL_AVG, c, NULL); break;
+  case PH_BROADCAST: rc = ul_broadcast(s, r, cnt, UL_FP32, 1, c, NULL); break;
+  case PH_BROADCAST_INPLACE:
+    res = me == 1 ? s : r;
+    rc = ul_broadcast(s, res, cnt, UL_FP32, 1, c, NULL);
+    break;
+  case PH_ALLGATHER: rc = ul_allgather(s, r, cnt, UL_FP32, c, NULL); break;
+  default: /* allgather in place: this rank's block already where it goes */
+    res = s;
+    rc = ul_allgather(s + (size_t)me * cnt, s, cnt, UL_FP32, c, NULL);
+    break;
   }
   STEP(31, rc == UL_OK, "%s: %s", phase_name[phase], ul_comm_last_error(c));
   ul_call_info_t info = last_call(c);
   STEP(32, strcmp(info.algorithm, "direct") == 0, "%s: algorithm %s", phase_name[phase],
        info.algorithm);
-  if (!reduce || me == 1)
+  if (gather)
+    for (size_t i = 0; i < all; i++) {
+      /* block p holds rank p's input (in place: its elements at block p) */
+      size_t p = i / cnt, e = phase == PH_ALLGATHER ? i % cnt : i;
+      STEP(35, res[i] == val((int)p, e), "%s n=%d [%zu] = %g, want %g", phase_name[phase], n,
+           i, res[i], val((int)p, e));
+    }
+  else if (phase == PH_BROADCAST || phase == PH_BROADCAST_INPLACE)
+    for (size_t i = 0; i < cnt; i++)
+      STEP(36, res[i] == val(1, i), "%s n=%d [%zu] = %g, want %g", phase_name[phase], n, i,
+           res[i], val(1, i));
+  else if (!reduce || me == 1)
     for (size_t i = 0; i < cnt; i++) {
       size_t e = scatter ? (size_t)me * cnt + i : i;
       float want = 0;
@@ -225,6 +279,8 @@ static int stream_phase(ul_comm_t c, int me, int n, int phase) {
       STEP(33, res[i] == want, "%s n=%d [%zu] = %g, want %g", phase_name[phase], n, i, res[i],
            want);
     }
+  STEP(37, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+  out_of_rank[me] = NULL;
   free(s);
   free(r);
   return 0;
@@ -243,9 +299,10 @@ static void *stream_rank(void *arg) {
 
 /* Thread ranks (2 and 3: the n > 2 chain ends in the streaming step too): large
  * reductions go straight from the reduction into every output (reduce_stream called)
- * where phase_streams says so, exact to the last odd element; the others are exact
- * too. */
-Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
+ * where phase_streams says so, and large broadcasts and allgathers spread by source
+ * (copies into other ranks' outputs), exact to the last odd element; the others are
+ * exact too. */
+Test(floor, threads_stream_and_spread_large_outputs, .timeout = 120) {
   register_hostcount();
   ul_config_t cfg = UL_CONFIG_INIT;
   cfg.backend = "hostcount";
@@ -255,7 +312,7 @@ Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
     cr_assert_eq(ul_comm_init_all(comms, &cfg, n, NULL), UL_OK, "%s", ul_last_error());
     cr_assert_eq(comms[0]->generic->reduce_stream, 1);
     for (int phase = 0; phase < PH_COUNT; phase++) {
-      long before = stream_calls;
+      long before = stream_calls, cross_before = cross_copies;
       stream_job_t jobs[3];
       pthread_t th[3];
       for (int k = 0; k < n; k++) {
@@ -270,6 +327,9 @@ Test(floor, threads_reduce_straight_into_streamed_outputs, .timeout = 120) {
         cr_expect_gt(stream_calls, before, "n=%d %s did not stream", n, phase_name[phase]);
       else
         cr_expect_eq(stream_calls, before, "n=%d %s streamed", n, phase_name[phase]);
+      if (phase_spreads[phase])
+        cr_expect_gt(cross_copies, cross_before, "n=%d %s did not spread", n,
+                     phase_name[phase]);
     }
     for (int k = 0; k < n; k++) ul_comm_destroy(comms[k]);
   }
