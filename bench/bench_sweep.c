@@ -427,7 +427,9 @@ static void *bench_thread_main(void *p) {
             if (T->t == 0) {
               row.bytes = bench_row_bytes(&T->calls[0].counts, T->calls[0].es);
               row.count = T->calls[0].counts.paramcount;
-              if (r->membw > 0 && row.side[0].valid)
+              /* rows printed with their %roof get it now, from the first roof; the
+               * others after the sweep, from the larger of the two (bench_roof_again) */
+              if (r->printing && o->extra_columns && r->membw > 0 && row.side[0].valid)
                 row.roof_pct = bench_roof_pct(&r->roof, o->op, r->nranks, row.bytes,
                                               row.side[0].busbw);
               for (int side = 0; side < 2; side++) {
@@ -490,7 +492,7 @@ static int bench_roof_again(bench_run_t *r) {
     roof_use(r);
     for (int i = 0; i < r->nrows; i++) {
       bench_row_t *row = &r->rows[i];
-      if (row->roof_pct >= 0)
+      if (r->membw > 0 && row->side[0].valid)
         row->roof_pct = bench_roof_pct(&r->roof, r->o->op, r->nranks, row->bytes,
                                        row->side[0].busbw);
     }

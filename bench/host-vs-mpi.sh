@@ -25,8 +25,9 @@
 # Environment: ITERS (large sizes, default 20), MAXBYTES (allreduce and reduce_scatter,
 # default 256M), COLL_MAXBYTES (others, default 64M), REPEAT (default 3), METHODS (default
 # "b2b sync"), BUFFERS (default "malloc ul"), COLLS (default "allreduce allgather
-# reduce_scatter broadcast alltoall"), NPS (default "2 4"), OUT (raw logs), CALIBRATE,
-# TUNING.
+# reduce_scatter broadcast alltoall"), NPS (default "2 4"), PARTS (default "small large":
+# 8 B-64 KiB, 1 MiB up to the maximum; large is skipped when the maximum is below 1 MiB),
+# OUT (raw logs), CALIBRATE, TUNING.
 set -u
 BUILD=${1:-build}
 BENCH="$BUILD/bin/unilink-bench"
@@ -46,6 +47,7 @@ METHODS=${METHODS:-b2b sync}
 BUFFERS=${BUFFERS:-malloc ul}
 COLLS=${COLLS:-allreduce allgather reduce_scatter broadcast alltoall}
 NPS=${NPS:-2 4}
+PARTS=${PARTS:-small large}
 OUT=${OUT:-$(mktemp -d /tmp/host-vs-mpi.XXXXXX)}
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -81,18 +83,25 @@ run() { # name, then the command
   timeout 600 "$@" > "$OUT/$name.log" 2>&1 || echo "host-vs-mpi.sh: '$name' failed (rc $?), see $OUT/$name.log" >&2
 }
 
-sizes() { # collective, part (small|large) -> bench size flags
+bytes_of() { # 64K, 1M, 256M, 8 -> bytes
+  local v=${1%[KkMmGg]}
+  case $1 in *[Kk]) echo $((v << 10)) ;; *[Mm]) echo $((v << 20)) ;; *[Gg]) echo $((v << 30)) ;; *) echo "$1" ;; esac
+}
+
+sizes() { # collective, part (small|large) -> bench size flags; none: the part has no sizes
   local max=$COLL_MAXBYTES
   case $1 in allreduce|reduce_scatter) max=$MAXBYTES ;; esac
   # small sizes get many iterations: a few microseconds each, 20 would be noise
-  if [ "$2" = small ]; then echo -b 8 -e 64K -f 8 -n 500 -w 50; else echo -b 1M -e "$max" -f 4 -n "$ITERS" -w 3; fi
+  if [ "$2" = small ]; then echo -b 8 -e 64K -f 8 -n 500 -w 50
+  elif [ "$(bytes_of "$max")" -ge $((1 << 20)) ]; then echo -b 1M -e "$max" -f 4 -n "$ITERS" -w 3; fi
 }
 
 for rep in $(seq 1 "$REPEAT"); do
   for m in $METHODS; do
     flag=""; [ "$m" = sync ] && flag=--sync-per-call
     for coll in $COLLS; do
-      for part in small large; do
+      for part in $PARTS; do
+        [ -n "$(sizes $coll $part)" ] || continue
         for np in $NPS; do
           tag="$m-$coll-np$np-$part-r$rep"
           for buf in $BUFFERS; do
