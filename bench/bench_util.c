@@ -168,17 +168,40 @@ double bench_roof_traffic(bench_op_t op, int nranks) {
   }
 }
 
+double bench_roof_inputs(bench_op_t op, int nranks) {
+  double n = nranks < 1 ? 1 : nranks;
+  switch (op) {
+  case BENCH_ALLREDUCE:      /* n inputs of S */
+  case BENCH_ALLTOALL:       /* every rank's S */
+  case BENCH_ALLTOALLV:
+  case BENCH_SENDRECV:
+  case BENCH_REDUCE_SCATTER: /* n inputs of S */
+  case BENCH_REDUCE:
+    return n;
+  case BENCH_ALLGATHER: /* n blocks of S/n */
+  case BENCH_ALLGATHERV:
+  case BENCH_BROADCAST: /* root's S */
+  case BENCH_GATHER:
+  case BENCH_SCATTER:
+    return 1.0;
+  case BENCH_HYPERCUBE: /* n blocks, S = (n-1) blocks */
+    return n > 1 ? n / (n - 1.0) : 0.0;
+  default:
+    return 0.0;
+  }
+}
+
 double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs) {
   double t = bench_roof_traffic(op, nranks);
   if (t <= 0) return 0.0;
   return bench_bw_factor(op, nranks) / t * membw_gbs;
 }
 
-double bench_roof_at(const bench_roof_t *roof, double moved) {
+double bench_roof_at(const bench_roof_t *roof, double inputs) {
   if (!roof || roof->n <= 0) return 0.0;
   double g = roof->gbs[0];
   for (int i = 1; i < roof->n; i++)
-    if ((double)roof->bytes[i] <= moved && roof->gbs[i] > 0) g = roof->gbs[i];
+    if ((double)roof->bytes[i] <= inputs && roof->gbs[i] > 0) g = roof->gbs[i];
   return g;
 }
 
@@ -197,8 +220,8 @@ void bench_roof_merge(bench_roof_t *into, const bench_roof_t *other) {
 
 double bench_roof_pct(const bench_roof_t *roof, bench_op_t op, int nranks, size_t bytes,
                       double busbw) {
-  double moved = bench_roof_traffic(op, nranks) * (double)bytes;
-  double top = bench_roof_busbw(op, nranks, bench_roof_at(roof, moved));
+  double inputs = bench_roof_inputs(op, nranks) * (double)bytes;
+  double top = bench_roof_busbw(op, nranks, bench_roof_at(roof, inputs));
   return top > 0 ? busbw / top * 100.0 : -1;
 }
 

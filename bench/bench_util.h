@@ -71,6 +71,10 @@ void bench_bw(bench_op_t op, size_t paramcount, size_t eltsize, double sec, int 
  *  bytes): every input byte read once, every output byte written once.
  *  See docs/bench.md "Roofline". */
 double bench_roof_traffic(bench_op_t op, int nranks);
+/** The bytes of input of one call, in units of S: the least a call keeps in the cache,
+ *  since its outputs can bypass it (streaming stores). It picks the working set whose
+ *  capacity bounds the call (bench_roof_at). */
+double bench_roof_inputs(bench_op_t op, int nranks);
 /** busbw a collective would reach if it only had to move bench_roof_traffic() bytes
  *  through memory of bandwidth @p membw_gbs (read+write GB/s). */
 double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs);
@@ -84,10 +88,11 @@ typedef struct bench_roof {
   double gbs[BENCH_ROOF_POINTS];
   int cpus;
 } bench_roof_t;
-/** The capacity that bounds a collective moving @p moved bytes (bench_roof_traffic() x
- *  size): the rate of the largest measured working set not above it (a smaller set is
- *  faster, so this is an upper bound), or of the smallest set; 0 when nothing measured. */
-double bench_roof_at(const bench_roof_t *roof, double moved);
+/** The capacity that bounds a collective with @p inputs bytes of input
+ *  (bench_roof_inputs() x size): the rate of the largest measured working set not above
+ *  it (a smaller set is faster, so this is an upper bound), or of the smallest set; 0
+ *  when nothing measured. */
+double bench_roof_at(const bench_roof_t *roof, double inputs);
 /** Fold a second measurement into @p into: per working set, the larger rate (a roof is
  *  an upper bound, and a shared machine's capacity moves between measurements). A
  *  measurement that failed (n 0) changes nothing; into empty takes @p other. */

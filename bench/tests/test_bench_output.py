@@ -71,7 +71,8 @@ def roof_line(text, what):
 def check_roof(text, rows, nranks):
     """The roof is measured before and after the sweep; %roof uses the larger of the two per
     working set, and each size's %roof is busbw over the roofline busbw (allreduce: traffic
-    2n x S, busbw factor 2(n-1)/n; docs/bench.md)."""
+    2n x S, busbw factor 2(n-1)/n, the rate of the working set of its n x S of inputs;
+    docs/bench.md)."""
     before = roof_line(text, "Roofline capacity by working set")
     after = roof_line(text, "Roofline capacity again after the sweep")
     used = roof_line(text, "Roofline for %roof below: the larger of the two")
@@ -89,13 +90,12 @@ def check_roof(text, rows, nranks):
         f = line.split()
         if len(f) >= 4 and f[0] == "#" and f[1].isdigit():
             pct[int(f[1])] = f[3]
-    factor, traffic = 2.0 * (nranks - 1) / nranks, 2.0 * nranks
+    factor, traffic, inputs = 2.0 * (nranks - 1) / nranks, 2.0 * nranks, float(nranks)
     for r in rows:
         busbw = r["out_of_place"]["busbw"]
-        moved = traffic * r["size"]
         gbs = used[0][1]
         for b, g in used:
-            if b <= moved:
+            if b <= inputs * r["size"]:
                 gbs = g
         want = busbw / (factor / traffic * gbs) * 100
         got = pct.get(r["size"])
