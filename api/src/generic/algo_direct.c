@@ -183,6 +183,15 @@ static ul_result_t reduce_piece(algo_ctx_t *x, void *acc, void *const *out, int 
   return UL_OK;
 }
 
+/* Whether this rank reaches every rank's output by load/store (threads, or mapped
+ * ul_mem_alloc buffers), so large reductions can store straight into every
+ * output and the large copy collectives can split their work by source. */
+static int outputs_local(algo_ctx_t *x) {
+  for (int r = 0; r < x->g->n; r++)
+    if (!local_recv(x, r, ul__mailbox(x->g, r)->recv)) return 0;
+  return 1;
+}
+
 enum { DR_ALLREDUCE, DR_REDUCE_SCATTER, DR_REDUCE };
 
 /* Direct reductions: each rank reduces its slice of every rank's input and writes the
@@ -222,8 +231,7 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
   if (kind == DR_REDUCE_SCATTER) stream &= a->recvbuf != at(a->sendbuf, off, x->esize);
   if (kind == DR_REDUCE)
     stream &= ul__mailbox(g, a->root)->recv != ul__mailbox(g, a->root)->send;
-  for (int i = 1; stream && kind == DR_ALLREDUCE && i < n; i++)
-    stream = local_recv(x, (me + i) % n, ul__mailbox(g, (me + i) % n)->recv) != NULL;
+  if (stream && kind == DR_ALLREDUCE) stream = outputs_local(x);
   if (stream && kind == DR_REDUCE && a->root != me)
     stream = local_recv(x, a->root, ul__mailbox(g, a->root)->recv) != NULL;
   void *t0 = (char *)g->scratch + g->work_off;
@@ -242,8 +250,10 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
         int r = (me + i) % n;
         g->outs[nout++] = local_recv(x, r, at(ul__mailbox(g, r)->recv, e0, x->esize));
       }
-      if (kind == DR_REDUCE && a->root != me)
-        g->outs[nout++] = local_recv(x, a->root, at(ul__mailbox(g, a->root)->recv, e0, x->esize));
+      if (kind == DR_REDUCE && a->root != me) {
+        void *root_out = at(ul__mailbox(g, a->root)->recv, e0, x->esize);
+        g->outs[nout++] = local_recv(x, a->root, root_out);
+      }
       UL_CHECK(reduce_piece(x, t0, g->outs, nout, e0, cnt, first));
       continue;
     }
@@ -271,14 +281,6 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
 
 UL__HIDDEN ul_result_t ul__direct_reduce(algo_ctx_t *x) {
   return direct_reduce_family(x, DR_REDUCE);
-}
-
-/* Whether this rank reaches every rank's output by load/store (threads, or mapped
- * ul_mem_alloc buffers), so the large copy collectives can split their work by source. */
-static int outputs_local(algo_ctx_t *x) {
-  for (int r = 0; r < x->g->n; r++)
-    if (!local_recv(x, r, ul__mailbox(x->g, r)->recv)) return 0;
-  return 1;
 }
 
 /* Bytes at src (an address of this process) to offset off of every rank's output, one
