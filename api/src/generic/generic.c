@@ -398,8 +398,12 @@ const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p) {
 
 /* ------------------------------------------------------- point to point */
 
+/* No operation progressed: pause, then look for lost peers and the timeout. *lost_op: a
+ * pending operation whose peer is lost (-1: none); the caller fails it only if the pass
+ * after this one makes no progress either, because a sender may deliver its last chunk
+ * and then destroy its communicator while we sleep: its data is already in our slots. */
 static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *deadline,
-                            ul__p2p_op_t *ops, int nops, const unsigned char *fin) {
+                            ul__p2p_op_t *ops, int nops, const unsigned char *fin, int *lost_op) {
   ul_comm_t c = g->comm;
   if (__atomic_load_n(&c->abort_flag, __ATOMIC_ACQUIRE))
     return ul__comm_set_error(c, UL_ERR_ABORTED, "group #%llu: communicator aborted",
@@ -419,14 +423,9 @@ static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *
   if ((*spins & 63) == 0 && !ul__op_is_stub((const void *)c->backend->ops.comm_failed_ranks)) {
     int lost[64], nlost = 0;
     if (c->backend->ops.comm_failed_ranks(c->bcomm, lost, 64, &nlost) == UL_OK)
-      for (int i = 0; i < nops; i++)
+      for (int i = 0; i < nops && *lost_op < 0; i++)
         for (int k = 0; k < nlost && k < 64 && !fin[i]; k++)
-          if (ops[i].peer == lost[k])
-            return ul__comm_set_error(c, UL_ERR_PEER_LOST,
-                                      "group #%llu: peer rank %d was lost (aborted, destroyed "
-                                      "its communicator or exited) with a %s it pending",
-                                      (unsigned long long)g->seq, lost[k],
-                                      ops[i].is_send ? "send to" : "receive from");
+          if (ops[i].peer == lost[k]) *lost_op = i;
   }
   if (c->config.timeout_ms > 0 && (*spins & 63) == 0) {
     struct timespec now;
@@ -530,6 +529,7 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
     deadline.tv_nsec -= 1000000000L;
   }
   unsigned spins = 0;
+  int lost_op = -1;
   ul_result_t mismatch = UL_OK;
   for (;;) {
     int pending = 0, progress = 0;
@@ -593,9 +593,18 @@ ul_result_t ul__generic_p2p(ul_comm_t comm, ul__p2p_op_t *ops, int nops, ul_back
     if (!pending) break;
     if (progress) {
       spins = 0;
+      lost_op = -1;
       continue;
     }
-    UL_CHECK_GOTO(p2p_idle(g, &spins, &deadline, ops, nops, fin), rc, out);
+    if (lost_op >= 0) {
+      rc = ul__comm_set_error(comm, UL_ERR_PEER_LOST,
+                              "group #%llu: peer rank %d was lost (aborted, destroyed its "
+                              "communicator or exited) with a %s it pending",
+                              (unsigned long long)g->seq, ops[lost_op].peer,
+                              ops[lost_op].is_send ? "send to" : "receive from");
+      goto out;
+    }
+    UL_CHECK_GOTO(p2p_idle(g, &spins, &deadline, ops, nops, fin, &lost_op), rc, out);
   }
   rc = mismatch;
 out:
