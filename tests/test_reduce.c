@@ -437,6 +437,7 @@ Test(reduce, bad_args_change_nothing, .timeout = 10) {
   int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   int32_t d[8] = {0};
   cr_assert_eq(ul_reduce_local(NULL, a, b, 4, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "ul_reduce_local: dst is NULL"), "%s", ul_last_error());
   cr_assert_eq(ul_reduce_local(d, NULL, b, 4, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul_reduce_local(d, a, NULL, 4, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul_reduce_local(d, a, b, 4, UL_DTYPE_COUNT, UL_SUM), UL_ERR_INVALID_ARG);
@@ -545,4 +546,31 @@ Test(reduce, stream_bad_args_change_nothing, .timeout = 10) {
   /* count 0: nothing to do */
   cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, 0, UL_INT32, UL_SUM), UL_OK);
   for (int i = 0; i < 32; i++) cr_assert(d0[i] == -1 && d1[i] == -1);
+}
+
+/* ------------------------------------------------------------ streaming copy */
+
+/* ul_copy_stream_local copies exactly the bytes memcpy would and nothing around them:
+ * every destination offset from a line, every length across the 16-byte head, whole
+ * lines and the tail, and a source at another offset than the destination. */
+Test(reduce, copy_stream_matches_memcpy, .timeout = 30) {
+  enum { CS_GUARD = 80, CS_MAX = 300 };
+  static unsigned char src[CS_MAX + 128], dst[CS_GUARD + CS_MAX + 128 + CS_GUARD], want[sizeof dst];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (unsigned char)(i * 37 + 11);
+  for (size_t doff = 0; doff < 64; doff += 3)
+    for (size_t soff = 0; soff < 20; soff += 7)
+      for (size_t len = 0; len <= CS_MAX; len += len < 70 ? 1 : 23) {
+        memset(dst, 0xA5, sizeof dst);
+        memcpy(want, dst, sizeof dst);
+        memcpy(want + CS_GUARD + doff, src + soff, len);
+        cr_assert_eq(ul_copy_stream_local(dst + CS_GUARD + doff, src + soff, len), UL_OK);
+        cr_assert_eq(memcmp(dst, want, sizeof dst), 0, "dst offset %zu, src offset %zu, %zu bytes",
+                     doff, soff, len);
+      }
+  unsigned char d[8] = {0};
+  cr_assert_eq(ul_copy_stream_local(NULL, src, 8), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "dst is NULL"), "%s", ul_last_error());
+  cr_assert_eq(ul_copy_stream_local(d, NULL, 8), UL_ERR_INVALID_ARG);
+  for (int i = 0; i < 8; i++) cr_assert_eq(d[i], 0);
+  cr_assert_eq(ul_copy_stream_local(NULL, NULL, 0), UL_OK);
 }

@@ -26,6 +26,7 @@
  * - avg reduces as sum; ul_scale_avg_local divides afterwards.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -146,18 +147,23 @@ typedef void (*red_ks_fn)(void *const *, int, size_t, const void *, const void *
 
 #define RED_LINE 64
 
-/* One computed line to an output, bypassing the cache (no read for ownership of the
- * output, no eviction of the inputs still to be read). */
-UL__INLINE void red_stream_line(void *d, const void *line) {
+/* Whole 64-byte lines to d (16-byte aligned), bypassing the cache: no read for
+ * ownership of the output, no eviction of the inputs still to be read. Unordered until
+ * an sfence. */
+UL__INLINE void red_stream_lines(void *d, const void *s, size_t lines) {
 #if defined(__x86_64__)
-  const __m128i *l = line;
+  const __m128i *l = s;
   __m128i *o = d;
-  _mm_stream_si128(o, _mm_load_si128(l));
-  _mm_stream_si128(o + 1, _mm_load_si128(l + 1));
-  _mm_stream_si128(o + 2, _mm_load_si128(l + 2));
-  _mm_stream_si128(o + 3, _mm_load_si128(l + 3));
+  for (size_t i = 0; i < lines; i++, l += 4, o += 4) {
+    __m128i w0 = _mm_loadu_si128(l), w1 = _mm_loadu_si128(l + 1);
+    __m128i w2 = _mm_loadu_si128(l + 2), w3 = _mm_loadu_si128(l + 3);
+    _mm_stream_si128(o, w0);
+    _mm_stream_si128(o + 1, w1);
+    _mm_stream_si128(o + 2, w2);
+    _mm_stream_si128(o + 3, w3);
+  }
 #else
-  memcpy(d, line, RED_LINE);
+  memcpy(d, s, lines * RED_LINE);
 #endif
 }
 
@@ -185,7 +191,7 @@ UL__INLINE void red_stream_line(void *d, const void *line) {
     for (size_t k = 0; k < lines; k++, a += RED_LINE / sizeof(T), b += RED_LINE / sizeof(T)) {   \
       T line[RED_LINE / sizeof(T)] __attribute__((aligned(RED_LINE)));                           \
       for (size_t i = 0; i < RED_LINE / sizeof(T); i++) line[i] = red_##OP##_##SFX(a[i], b[i]);  \
-      for (int d = 0; d < ndst; d++) red_stream_line((char *)dst[d] + off + k * RED_LINE, line); \
+      for (int d = 0; d < ndst; d++) red_stream_lines((char *)dst[d] + off + k * RED_LINE, line, 1); \
     }                                                                                            \
   }
 
@@ -256,9 +262,12 @@ static ul_result_t red_check(const char *fn, void *const *dst, int nd, const voi
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: unknown op %d", fn, (int)op);
   if (count == 0) return UL_OK;
   for (int d = 0; d < nd; d++)
-    if (!dst[d])
-      return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: dst[%d] is NULL with count %zu > 0",
-                                  fn, d, count);
+    if (!dst[d]) {
+      char name[24] = "dst"; /* ul_reduce_local has one output, named dst */
+      if (nd > 1 || strcmp(fn, "ul_reduce_local") != 0) snprintf(name, sizeof name, "dst[%d]", d);
+      return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %s is NULL with count %zu > 0", fn,
+                                  name, count);
+    }
   if (!a || !b)
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %s is NULL with count %zu > 0", fn,
                                 !a ? "a" : "b", count);
@@ -333,6 +342,27 @@ ul_result_t ul_reduce_stream_local(void *const *dst, int ndst, const void *a, co
   red_part(k, dst, ndst, a, b, head + lines * per, count - head - lines * per, esize);
 #if defined(__x86_64__)
   _mm_sfence(); /* the streaming stores are ordered before whatever signal follows */
+#endif
+  return UL_OK;
+}
+
+ul_result_t ul_copy_stream_local(void *dst, const void *src, size_t bytes) {
+  if (bytes == 0 || dst == src) return UL_OK;
+  if (!dst || !src)
+    return ul__set_thread_error(UL_ERR_INVALID_ARG,
+                                "ul_copy_stream_local: %s is NULL with %zu bytes > 0",
+                                !dst ? "dst" : "src", bytes);
+  char *d = dst;
+  const char *p = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > bytes) head = bytes;
+  memcpy(d, p, head);
+  bytes -= head;
+  size_t lines = bytes / RED_LINE, body = lines * RED_LINE;
+  red_stream_lines(d + head, p + head, lines);
+  memcpy(d + head + body, p + head + body, bytes - body);
+#if defined(__x86_64__)
+  _mm_sfence(); /* order the streaming stores before the signal that publishes them */
 #endif
   return UL_OK;
 }

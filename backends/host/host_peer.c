@@ -12,9 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #include "host.h"
 
@@ -105,33 +102,5 @@ ul_result_t host_copy_stream(ul_backend_comm_t *c, void *dst, const void *src, s
                              ul_backend_stream_t *s) {
   (void)c;
   (void)s;
-  if (bytes == 0 || dst == src) return UL_OK;
-#if defined(__x86_64__)
-  char *d = dst;
-  const char *p = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (head > bytes) head = bytes;
-  if (head) {
-    memcpy(d, p, head);
-    d += head;
-    p += head;
-    bytes -= head;
-  }
-  size_t body = bytes & ~(size_t)63;
-  for (size_t i = 0; i < body; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)(p + i));
-    __m128i b = _mm_loadu_si128((const __m128i *)(p + i + 16));
-    __m128i e = _mm_loadu_si128((const __m128i *)(p + i + 32));
-    __m128i f = _mm_loadu_si128((const __m128i *)(p + i + 48));
-    _mm_stream_si128((__m128i *)(d + i), a);
-    _mm_stream_si128((__m128i *)(d + i + 16), b);
-    _mm_stream_si128((__m128i *)(d + i + 32), e);
-    _mm_stream_si128((__m128i *)(d + i + 48), f);
-  }
-  if (bytes > body) memcpy(d + body, p + body, bytes - body);
-  _mm_sfence(); /* order the streaming stores before the signal that publishes them */
-#else
-  memcpy(dst, src, bytes);
-#endif
-  return UL_OK;
+  return ul_copy_stream_local(dst, src, bytes);
 }

@@ -387,6 +387,11 @@ UL_API ul_result_t ul_reduce_local(void *dst, const void *a, const void *b, size
 UL_API ul_result_t ul_reduce_stream_local(void *const *dst, int ndst, const void *a,
                                           const void *b, size_t count, ul_dtype_t dtype,
                                           ul_op_t op);
+/** The core's streaming copy: memcpy whose whole 16-byte-aligned 64-byte lines of dst are
+ *  stored with non-temporal stores, ordered before the call returns (dst == src: nothing;
+ *  otherwise no overlap). For host memory. @return UL_OK or UL_ERR_INVALID_ARG (NULL with
+ *  bytes > 0). */
+UL_API ul_result_t ul_copy_stream_local(void *dst, const void *src, size_t bytes);
 /** The core's avg scaling: buf[i] = buf[i] / nranks (computed in the dtype's
  *  arithmetic: float through float/double with correct rounding, integers truncate). */
 UL_API ul_result_t ul_scale_avg_local(void *buf, size_t count, ul_dtype_t dtype, int nranks);
