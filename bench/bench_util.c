@@ -144,51 +144,54 @@ void bench_bw(bench_op_t op, size_t paramcount, size_t eltsize, double sec, int 
   if (busbw) *busbw = a * bench_bw_factor(op, nranks);
 }
 
-double bench_roof_traffic(bench_op_t op, int nranks) {
+/* Bytes one call reads (every input once) and writes (every output once), in units of
+ * S (the algbw bytes), per docs/bench.md "Roofline". */
+static void roof_terms(bench_op_t op, int nranks, double *in, double *out) {
   double n = nranks < 1 ? 1 : nranks;
+  *in = *out = 0.0;
   switch (op) {
-  case BENCH_ALLREDUCE: /* read n inputs of S, write n outputs of S */
-  case BENCH_ALLTOALL:  /* S = a rank's whole buffer: n reads, n writes */
+  case BENCH_ALLREDUCE: /* n inputs of S, n outputs of S */
+  case BENCH_ALLTOALL:  /* S = a rank's whole buffer: n read, n written */
   case BENCH_ALLTOALLV:
-  case BENCH_SENDRECV:  /* every rank reads S and some other rank writes S */
-    return 2.0 * n;
-  case BENCH_REDUCE_SCATTER: /* read n inputs of S, write n blocks of S/n */
-  case BENCH_ALLGATHER:      /* read n blocks of S/n, write n outputs of S */
+  case BENCH_SENDRECV: /* every rank reads S and some other rank writes S */
+    *in = *out = n;
+    break;
+  case BENCH_REDUCE_SCATTER: /* n inputs of S, n blocks of S/n */
+  case BENCH_REDUCE:         /* n inputs, root's S */
+    *in = n;
+    *out = 1.0;
+    break;
+  case BENCH_ALLGATHER: /* n blocks of S/n, n outputs of S */
   case BENCH_ALLGATHERV:
-  case BENCH_BROADCAST:      /* read root's S, write n outputs */
-  case BENCH_REDUCE:         /* read n inputs, write root's S */
-    return n + 1.0;
-  case BENCH_HYPERCUBE: /* S = (n-1) blocks: n blocks read, n*n written, per (n-1) */
-    return n > 1 ? n * (n + 1.0) / (n - 1.0) : 0.0;
-  case BENCH_GATHER:  /* S is root's buffer: read once, written once */
+  case BENCH_BROADCAST: /* root's S, n outputs */
+    *in = 1.0;
+    *out = n;
+    break;
+  case BENCH_HYPERCUBE: /* S = (n-1) blocks: n blocks read, n*n written */
+    if (n > 1) {
+      *in = n / (n - 1.0);
+      *out = n * n / (n - 1.0);
+    }
+    break;
+  case BENCH_GATHER: /* S is root's buffer: read once, written once */
   case BENCH_SCATTER:
-    return 2.0;
+    *in = *out = 1.0;
+    break;
   default:
-    return 0.0;
+    break;
   }
 }
 
+double bench_roof_traffic(bench_op_t op, int nranks) {
+  double in, out;
+  roof_terms(op, nranks, &in, &out);
+  return in + out;
+}
+
 double bench_roof_inputs(bench_op_t op, int nranks) {
-  double n = nranks < 1 ? 1 : nranks;
-  switch (op) {
-  case BENCH_ALLREDUCE:      /* n inputs of S */
-  case BENCH_ALLTOALL:       /* every rank's S */
-  case BENCH_ALLTOALLV:
-  case BENCH_SENDRECV:
-  case BENCH_REDUCE_SCATTER: /* n inputs of S */
-  case BENCH_REDUCE:
-    return n;
-  case BENCH_ALLGATHER: /* n blocks of S/n */
-  case BENCH_ALLGATHERV:
-  case BENCH_BROADCAST: /* root's S */
-  case BENCH_GATHER:
-  case BENCH_SCATTER:
-    return 1.0;
-  case BENCH_HYPERCUBE: /* n blocks, S = (n-1) blocks */
-    return n > 1 ? n / (n - 1.0) : 0.0;
-  default:
-    return 0.0;
-  }
+  double in, out;
+  roof_terms(op, nranks, &in, &out);
+  return in;
 }
 
 double bench_roof_busbw(bench_op_t op, int nranks, double membw_gbs) {
