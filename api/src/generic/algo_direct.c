@@ -192,6 +192,9 @@ static int outputs_local(algo_ctx_t *x) {
   return 1;
 }
 
+/* Large copy collectives split by source (spread) when every output is reachable. */
+static int spreads(algo_ctx_t *x) { return x->nt_pull && x->host && outputs_local(x); }
+
 enum { DR_ALLREDUCE, DR_REDUCE_SCATTER, DR_REDUCE };
 
 /* Direct reductions: each rank reduces its slice of every rank's input and writes the
@@ -227,10 +230,14 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
    * ordinary stores into the lines just read, which are in the cache (reduce_scatter
    * np2 in place, process ranks, medians of 9: 16 MiB 398 us ordinary, 512 streaming;
    * 64 MiB 3.1 and 3.6 ms). Not for avg: its scaling would read the outputs back. */
+  /* The output is the input it is computed from: this rank's (allreduce, reduce_scatter)
+   * or the root's (reduce; its mailbox is its own on the root). */
+  int inplace = kind == DR_ALLREDUCE        ? a->recvbuf == a->sendbuf
+                : kind == DR_REDUCE_SCATTER ? a->recvbuf == at(a->sendbuf, off, x->esize)
+                                            : ul__mailbox(g, a->root)->recv ==
+                                                  ul__mailbox(g, a->root)->send;
   int stream = nt && n > 1 && g->reduce_stream && a->op != UL_AVG;
-  if (kind == DR_REDUCE_SCATTER) stream &= a->recvbuf != at(a->sendbuf, off, x->esize);
-  if (kind == DR_REDUCE)
-    stream &= ul__mailbox(g, a->root)->recv != ul__mailbox(g, a->root)->send;
+  if (kind != DR_ALLREDUCE) stream &= !inplace;
   if (stream && kind == DR_ALLREDUCE) stream = outputs_local(x);
   if (stream && kind == DR_REDUCE && a->root != me)
     stream = local_recv(x, a->root, ul__mailbox(g, a->root)->recv) != NULL;
@@ -262,7 +269,6 @@ static ul_result_t direct_reduce_family(algo_ctx_t *x, int kind) {
      * the output is the input just read, in the cache: ordinary stores cost nothing
      * extra there, streaming ones evict it (allreduce 64 MiB np2 in place, median of
      * synchronized calls: zero-copy 4.2-6.1 -> 3.0-3.8 ms, threads 6.0 -> 5.0 ms). */
-    int inplace = own && own == at(a->sendbuf, e0, x->esize);
     void *acc = (own && (inplace || (!nt && !(x->cma && !x->zc && kind == DR_ALLREDUCE)))) ? own : t0;
     UL_CHECK(reduce_piece(x, acc, NULL, 0, e0, cnt, first));
     if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, cnt));
@@ -310,7 +316,7 @@ UL__HIDDEN ul_result_t ul__direct_allgather(algo_ctx_t *x) {
   if (x->bounce) return bounce_instead(x);
   size_t bytes = a->count * x->esize;
   /* Large outputs all reachable: every rank spreads its own block. */
-  if (x->nt_pull && x->host && outputs_local(x)) {
+  if (spreads(x)) {
     UL_CHECK(spread(x, a->sendbuf, (size_t)g->me * bytes, bytes));
     return ul__generic_barrier(x->c, x->bs, NULL);
   }
@@ -332,7 +338,7 @@ UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x) {
   const void *src = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   const void *here = local_send(x, a->root, src);
   /* Large outputs all reachable, the root's input too: every rank spreads its slice. */
-  if (x->nt_pull && x->host && here && outputs_local(x)) {
+  if (here && spreads(x)) {
     size_t off, len;
     ul__block_range(a->count, g->n, g->me, &off, &len);
     UL_CHECK(spread(x, at(here, off, x->esize), off * x->esize, len * x->esize));
