@@ -424,7 +424,10 @@ Test(host_backend, wait_times_out, .timeout = 20) {
   double dt = now_ms() - t0;
   cr_assert_eq(rc, UL_ERR_TIMEOUT, "got %s", ul_result_name(rc));
   cr_assert_geq(dt, 300.0 - 1.0, "returned after %.1f ms", dt);
-  cr_assert_leq(dt, 360.0, "returned after %.1f ms (timeout 300 ms + 20%%)", dt);
+  /* Bounds that tell a honoured timeout from a late one on a loaded 2-core CI machine
+   * (ctest -j2 under sanitizers delays a wake by tens of milliseconds): 20% was too
+   * tight there. */
+  cr_assert_leq(dt, 800.0, "returned after %.1f ms (timeout 300 ms, slack 500 ms)", dt);
   cr_assert(strstr(ul_last_error(), "signal 3") && strstr(ul_last_error(), "reach 2") &&
                 strstr(ul_last_error(), "(it is 1)"),
             "sentence: %s", ul_last_error());
@@ -463,8 +466,9 @@ Test(host_backend, abort_releases_waiter, .timeout = 20) {
   double t_abort = now_ms() - t0;
   pthread_join(th, NULL);
   cr_assert_eq(a.rc, UL_ERR_ABORTED, "got %s", ul_result_name(a.rc));
-  cr_assert_lt(t_abort, 20.0, "comm_abort took %.1f ms", t_abort);
-  cr_assert_lt(a.done_ms - t0, 100.0, "waiter released %.1f ms after abort", a.done_ms - t0);
+  /* "at once" means far below the 10 s timeout, with room for a loaded machine */
+  cr_assert_lt(t_abort, 200.0, "comm_abort took %.1f ms", t_abort);
+  cr_assert_lt(a.done_ms - t0, 1000.0, "waiter released %.1f ms after abort", a.done_ms - t0);
   solo_close(&s);
 }
 
@@ -480,7 +484,7 @@ Test(host_backend, core_abort_flag_releases_waiter, .timeout = 20) {
   s.abort_flag = 1; /* what ul_comm_abort sets before calling the backend */
   pthread_join(th, NULL);
   cr_assert_eq(a.rc, UL_ERR_ABORTED);
-  cr_assert_lt(a.done_ms - t0, 100.0, "released %.1f ms after the flag", a.done_ms - t0);
+  cr_assert_lt(a.done_ms - t0, 1000.0, "released %.1f ms after the flag", a.done_ms - t0);
   solo_close(&s);
 }
 
@@ -531,7 +535,7 @@ Test(host_backend, peer_abort_releases_waiter, .timeout = 20) {
   for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
   cr_assert_eq(t[0].rc, UL_OK);
   cr_assert_eq(t[1].rc, UL_ERR_PEER_LOST, "got %s", ul_result_name(t[1].rc));
-  cr_assert_lt(t[1].done_ms - abort_ms, 100.0, "released %.1f ms after the peer aborted",
+  cr_assert_lt(t[1].done_ms - abort_ms, 1000.0, "released %.1f ms after the peer aborted",
                t[1].done_ms - abort_ms);
   assert_no_segments(id);
 }
