@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fork_ranks.h"
+#include "host_count.h"
 #include "ul_core.h"
 
 
@@ -273,4 +274,56 @@ Test(bounce, tuning_file_keeps_single_copies_below_bounce_from, .timeout = 180) 
   fork_ranks_run("host", 2, rank_tuned_bounce_from);
   unsetenv("UNILINK_TUNING_FILE");
   unlink(path);
+}
+
+/* Large reductions out of place store straight into their outputs (allreduce: and into
+ * every peer's channel slot) in the pass that reads the inputs: reduce_stream is called,
+ * exactly once per piece of this rank's slice. In place and avg keep the work area (no
+ * call). 4 MiB + 52 B a rank: outputs over UL__NT_MIN_BYTES with an odd tail. Forced to
+ * bounce so that 3 ranks on 2 cores take it too. */
+#define FUSE_COUNT (((size_t)1 << 20) + 13)
+static int rank_fused(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "hostcount";
+  cfg.timeout_ms = 60000;
+  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  setenv("UNILINK_ALGO", "allreduce:bounce,reduce_scatter:bounce", 1);
+  size_t cnt = FUSE_COUNT, all = cnt * (size_t)n, pe = (256 << 10) / sizeof(float);
+  float *s = malloc(all * sizeof *s), *r = malloc(all * sizeof *r);
+  STEP(2, s && r, "out of memory");
+  for (int phase = 0; phase < 5; phase++) {
+    /* allreduce sum, in place, avg; reduce_scatter, in place */
+    int rs = phase >= 3, inplace = phase == 1 || phase == 4, avg = phase == 2;
+    size_t off = 0, len = cnt, msg = rs ? all : cnt;
+    if (!rs) ul__block_range(cnt, n, me, &off, &len);
+    for (size_t i = 0; i < msg; i++) s[i] = val(me, i), r[i] = -1;
+    float *out = inplace ? (rs ? s + (size_t)me * cnt : s) : r;
+    long before = stream_calls;
+    ul_result_t rc = rs ? ul_reduce_scatter(s, out, cnt, UL_FP32, UL_SUM, c, NULL)
+                        : ul_allreduce(s, out, cnt, UL_FP32, avg ? UL_AVG : UL_SUM, c, NULL);
+    STEP(3, rc == UL_OK, "phase %d: %s", phase, ul_comm_last_error(c));
+    STEP(4, strcmp(last_call(c).algorithm, "bounce") == 0, "phase %d ran %s", phase,
+         last_call(c).algorithm);
+    for (size_t i = 0; i < cnt; i++) {
+      size_t gi = rs ? (size_t)me * cnt + i : i;
+      float e = 0;
+      for (int p = 0; p < n; p++) e += val(p, gi);
+      if (avg) e /= (float)n;
+      STEP(5, out[i] == e, "phase %d [%zu] = %g, want %g", phase, i, out[i], e);
+    }
+    long calls = stream_calls - before, want = inplace || avg ? 0 : (long)((len + pe - 1) / pe);
+    STEP(6, calls == want, "phase %d: %ld streaming reductions, want %ld (slice of %zu)", phase,
+         calls, want, len);
+  }
+  free(s);
+  free(r);
+  unsetenv("UNILINK_ALGO");
+  return comm_down(c, me);
+}
+
+Test(bounce, large_reductions_store_in_one_pass, .timeout = 180) {
+  register_hostcount();
+  fork_ranks_run("hostcount", 2, rank_fused);
+  fork_ranks_run("hostcount", 3, rank_fused);
 }

@@ -17,6 +17,7 @@
 
 #include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream, ... */
 #include "fork_ranks.h"
+#include "host_count.h"
 #include "ul_core.h"
 
 
@@ -145,52 +146,6 @@ Test(floor, threads_without_copy_stream_run_direct, .timeout = 60) {
 }
 
 /* ------------------------------------------- streaming reduction (ABI 1.5) */
-
-/* The host table with reduce_stream counted, registered as "hostcount". */
-static ul_backend_ops_t count_ops;
-static _Atomic long stream_calls;
-static ul_result_t (*host_reduce_stream)(ul_backend_comm_t *, void *const *, int, const void *,
-                                         const void *, size_t, ul_dtype_t, ul_op_t,
-                                         ul_backend_stream_t *);
-
-/* Copies into another rank's output (the test's buffers, by rank): the copy
- * collectives spread by source. my_rank is the calling thread's rank. */
-static _Atomic long cross_copies;
-static _Thread_local int my_rank = -1;
-static char *out_of_rank[3];
-static size_t out_bytes;
-static ul_result_t (*host_copy_stream)(ul_backend_comm_t *, void *, const void *, size_t,
-                                       ul_backend_stream_t *);
-
-static ul_result_t counted_copy_stream(ul_backend_comm_t *c, void *dst, const void *src,
-                                       size_t bytes, ul_backend_stream_t *s) {
-  for (int r = 0; r < 3; r++)
-    if (r != my_rank && out_of_rank[r] && (char *)dst >= out_of_rank[r] &&
-        (char *)dst < out_of_rank[r] + out_bytes)
-      cross_copies++;
-  return host_copy_stream(c, dst, src, bytes, s);
-}
-
-static ul_result_t counted_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst,
-                                         const void *a, const void *b, size_t count,
-                                         ul_dtype_t dt, ul_op_t op, ul_backend_stream_t *s) {
-  stream_calls++;
-  return host_reduce_stream(c, dst, ndst, a, b, count, dt, op, s);
-}
-
-static void register_hostcount(void) {
-  ul__backend_t *host = NULL;
-  cr_assert_eq(ul__registry_find("host", &host), UL_OK, "%s", ul_last_error());
-  cr_assert(!ul__op_is_stub((const void *)host->ops.reduce_stream));
-  count_ops = host->ops;
-  host_reduce_stream = host->ops.reduce_stream;
-  count_ops.name = "hostcount";
-  count_ops.description = "the host backend with its streaming stores counted";
-  count_ops.reduce_stream = counted_reduce_stream;
-  host_copy_stream = host->ops.copy_stream;
-  count_ops.copy_stream = counted_copy_stream;
-  cr_assert_eq(ul__registry_add(&count_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
-}
 
 enum { PH_ALLREDUCE, PH_ALLREDUCE_INPLACE, PH_REDUCE_SCATTER, PH_REDUCE_SCATTER_INPLACE,
        PH_REDUCE, PH_REDUCE_INPLACE, PH_ALLREDUCE_AVG, PH_BROADCAST, PH_BROADCAST_INPLACE,

@@ -65,6 +65,11 @@ static ul_result_t bounce_reduce(algo_ctx_t *x, int allreduce) {
    * calls: 16 MiB 1.8-2.2 -> 1.2-1.4 ms, 64 MiB 7.9-8.7 -> 6.3-7.1 ms). */
   int inplace = own_base == at(a->sendbuf, my_off, es);
   if (inplace) nt = 0;
+  /* Large outputs out of place: the last reduction of a piece stores straight into this
+   * rank's output and (allreduce) every peer's channel slot, in the pass that reads the
+   * inputs, as the direct reductions do (decision 0016): no work-area copy, no separate
+   * phase of output writes. Not for avg: its scaling would read the output back. */
+  int fuse = nt && g->reduce_stream && a->op != UL_AVG;
   for (size_t k = 0; k * pe < most; k++) {
     /* 1. my piece of every peer's slice, to that peer */
     for (int i = 1; i < n; i++) {
@@ -79,19 +84,30 @@ static ul_result_t bounce_reduce(algo_ctx_t *x, int allreduce) {
       void *own = at(own_base, k * pe, es);
       void *acc = nt ? work : own;
       const void *prev = at(a->sendbuf, my_off + k * pe, es);
-      for (int r = 0; r < n; r++) {
+      int nout = 0;
+      if (fuse) {
+        g->outs[nout++] = own;
+        for (int i = 1; allreduce && i < n; i++)
+          UL_CHECK(ul__ch_send_begin(g, (me + i) % n, &g->outs[nout++], x->bs));
+      }
+      for (int r = 0, left = n - 1; r < n; r++) {
         if (r == me) continue;
         void *in;
         UL_CHECK(ul__ch_recv_begin(g, r, &in, x->bs));
-        UL_CHECK(REDUCE(x, acc, prev, in, c));
+        if (--left == 0 && fuse) UL_CHECK(REDUCE_STREAM(x, g->outs, nout, prev, in, c));
+        else UL_CHECK(REDUCE(x, acc, prev, in, c));
         prev = acc;
       }
       for (int i = 1; i < n; i++) UL_CHECK(ul__ch_recv_end(g, (me + i) % n, x->bs));
-      if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, c));
-      UL_CHECK(ul__out_copy(x, own, acc, c * es, nt));
-      /* 3. allreduce: the reduced piece to every peer */
-      if (allreduce)
-        for (int i = 1; i < n; i++) UL_CHECK(ul__ch_send(g, (me + i) % n, acc, c * es, x->bs));
+      /* 3. allreduce: the reduced piece to every peer (fused: already in their slots) */
+      if (fuse) {
+        for (int i = 1; allreduce && i < n; i++) UL_CHECK(ul__ch_send_end(g, (me + i) % n, x->bs));
+      } else {
+        if (a->op == UL_AVG) UL_CHECK(SCALE(x, acc, c));
+        UL_CHECK(ul__out_copy(x, own, acc, c * es, nt));
+        for (int i = 1; allreduce && i < n; i++)
+          UL_CHECK(ul__ch_send(g, (me + i) % n, acc, c * es, x->bs));
+      }
     }
     /* 4. allreduce: every peer's reduced piece into my output */
     if (allreduce)

@@ -135,7 +135,7 @@ static ul_result_t bounce_instead(algo_ctx_t *x) {
 static ul_result_t reduce_last(algo_ctx_t *x, void *acc, void *const *out, int nout,
                                const void *p, const void *q, size_t cnt) {
   if (!nout) return REDUCE(x, acc, p, q, cnt);
-  return x->o->reduce_stream(BC(x), out, nout, p, q, cnt, x->a->dtype, x->rop, x->bs);
+  return REDUCE_STREAM(x, out, nout, p, q, cnt);
 }
 
 /* The pieces of every rank's send buffer at element e0 reduced into acc, in the order

@@ -263,15 +263,29 @@ size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no) {
   return g->slots_off + (size_t)src * g->slot_bytes + (size_t)(chunk_no % UL__NBUF) * g->chunk_bytes;
 }
 
+ul_result_t ul__ch_send_begin(ul__generic_t *g, int dst, void **ptr, ul_backend_stream_t *bs) {
+  uint64_t k = g->sent[dst];
+  if (k >= UL__NBUF) UL_CHECK(ul__gwait(g, UL__SIG_CREDIT(g, dst), k - UL__NBUF + 1, dst, bs));
+  *ptr = g->shared_scratch ? (char *)g->peer_bases[dst] + ul__slot_offset(g, g->me, k) : NULL;
+  return UL_OK;
+}
+
+ul_result_t ul__ch_send_end(ul__generic_t *g, int dst, ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, dst, UL__SIG_DATA(g, g->me), bs));
+  g->sent[dst]++;
+  return UL_OK;
+}
+
 ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
                         ul_backend_stream_t *bs) {
   ul_comm_t c = g->comm;
-  uint64_t k = g->sent[dst];
-  if (k >= UL__NBUF) UL_CHECK(ul__gwait(g, UL__SIG_CREDIT(g, dst), k - UL__NBUF + 1, dst, bs));
-  if (bytes) UL_CHECK(c->backend->ops.put(c->bcomm, g->win, dst, ul__slot_offset(g, g->me, k), src, bytes, bs));
-  UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, dst, UL__SIG_DATA(g, g->me), bs));
-  g->sent[dst] = k + 1;
-  return UL_OK;
+  void *slot;
+  UL_CHECK(ul__ch_send_begin(g, dst, &slot, bs));
+  if (bytes)
+    UL_CHECK(c->backend->ops.put(c->bcomm, g->win, dst, ul__slot_offset(g, g->me, g->sent[dst]),
+                                 src, bytes, bs));
+  return ul__ch_send_end(g, dst, bs);
 }
 
 ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr, ul_backend_stream_t *bs) {

@@ -158,6 +158,11 @@ UL__HIDDEN ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int 
 UL__HIDDEN size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no);
 UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
                                    ul_backend_stream_t *bs);
+/* A send written in place: _begin waits for the slot and gives its address (shared
+ * scratch only, else NULL), the caller stores up to chunk_bytes there, _end publishes. */
+UL__HIDDEN ul_result_t ul__ch_send_begin(ul__generic_t *g, int dst, void **ptr,
+                                         ul_backend_stream_t *bs);
+UL__HIDDEN ul_result_t ul__ch_send_end(ul__generic_t *g, int dst, ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__ch_recv_begin(ul__generic_t *g, int src, void **ptr,
                                          ul_backend_stream_t *bs);
 UL__HIDDEN ul_result_t ul__ch_recv_end(ul__generic_t *g, int src, ul_backend_stream_t *bs);
@@ -174,6 +179,9 @@ UL__HIDDEN size_t ul__tuning_staging_bytes(const ul__generic_t *g);
 /* Shared by the algorithm files (algo_direct.c, algo_staged.c, algo_pipelined.c). */
 #define REDUCE(x, dst, p, q, cnt) \
   (x)->o->reduce_local(BC(x), (dst), (p), (q), (cnt), (x)->a->dtype, (x)->rop, (x)->bs)
+/* dst[0..nout) each = p op q, streaming stores (the backend's reduce_stream). */
+#define REDUCE_STREAM(x, out, nout, p, q, cnt)                                                \
+  (x)->o->reduce_stream(BC(x), (out), (nout), (p), (q), (cnt), (x)->a->dtype, (x)->rop, (x)->bs)
 #define SCALE(x, buf, cnt) \
   (x)->o->scale_avg(BC(x), (buf), (cnt), (x)->a->dtype, (x)->g->n, (x)->bs)
 
