@@ -217,18 +217,37 @@ static uint64_t cuda_signal_sum(ul_backend_comm_t *c, ul_backend_window_t *w, in
   return ulbu_cells_sum(cuda_cells(c, w, index), c->nranks);
 }
 
-/* staged: is there a logged range not yet copied into the device window? */
+/* staged: is there a logged range not yet copied into the device window? A reserved
+ * entry counts although its range is not written yet: a later entry, whose signal the
+ * caller may already have counted, is drained only behind it. */
 static int cuda_log_pending(ul_backend_window_t *w, int rank) {
   cuda_seg_hdr_t *h = (cuda_seg_hdr_t *)w->peers[rank].seg;
   if (atomic_load(&h->log_overflow)) return 1;
   uint64_t tail = __atomic_load_n(&h->log_tail, __ATOMIC_ACQUIRE);
-  return atomic_load(&h->log[tail % CUDA_LOG_N].seq) == tail + 1;
+  return atomic_load(&h->log_head) != tail;
+}
+
+typedef struct cuda_log_cond {
+  cuda_seg_hdr_t *h;
+  uint64_t tail;
+} cuda_log_cond_t;
+
+/* The entry at tail is written (or the log overflowed: the whole shadow is copied). */
+static ul_result_t cuda_log_poll(void *arg) {
+  cuda_log_cond_t *x = arg;
+  if (atomic_load(&x->h->log_overflow)) return UL_OK;
+  return atomic_load(&x->h->log[x->tail % CUDA_LOG_N].seq) == x->tail + 1 ? UL_OK : UL_IN_PROGRESS;
 }
 
 /* staged: copy every logged range shadow -> device window, on the internal stream, and
  * mark the drain with drain_ev. A drain started by one stream's waiter also carries the
  * ranges that other streams' waiters need, so every waiter's stream waits for the latest
- * mark (cuda_drain_order), whoever drained. */
+ * mark (cuda_drain_order), whoever drained.
+ * Senders reserve entries (log_head) and write them later, in any order: a sender whose
+ * signal the caller saw has reserved its entry below the head read here, but an entry
+ * before it may be reserved and not yet written (its sender's host callback between the
+ * two). Stopping there would leave the seen sender's range out of the window, so every
+ * entry below that head is waited for (bounded: the writer is inside cuda_log_append). */
 static ul_result_t cuda_drain_log(ul_backend_comm_t *c, ul_backend_window_t *w) {
   char *seg = w->peers[c->rank].seg;
   cuda_seg_hdr_t *h = (cuda_seg_hdr_t *)seg;
@@ -237,24 +256,32 @@ static ul_result_t cuda_drain_log(ul_backend_comm_t *c, ul_backend_window_t *w) 
   ul_result_t rc = UL_OK;
   int copied = 0;
   pthread_mutex_lock(&w->drain_lock);
-  if (atomic_exchange(&h->log_overflow, 0)) {
-    __atomic_store_n(&h->log_tail, atomic_load(&h->log_head), __ATOMIC_RELEASE);
-    e = cudaMemcpyAsync(w->base, seg + w->shadow_off, w->size, cudaMemcpyDefault, st);
-    if (e != cudaSuccess) rc = cuda_fail(c, "cudaMemcpyAsync (staged window)", e);
-    copied = 1;
-  } else {
-    for (;;) {
-      cuda_log_entry_t *en = &h->log[h->log_tail % CUDA_LOG_N];
-      if (atomic_load(&en->seq) != h->log_tail + 1) break; /* not written (yet) */
-      e = cudaMemcpyAsync((char *)w->base + en->off, seg + w->shadow_off + en->off, en->bytes,
-                          cudaMemcpyDefault, st);
-      if (e != cudaSuccess) {
-        rc = cuda_fail(c, "cudaMemcpyAsync (staged window)", e);
-        break;
-      }
+  uint64_t head = atomic_load(&h->log_head);
+  for (;;) {
+    if (atomic_exchange(&h->log_overflow, 0)) {
+      __atomic_store_n(&h->log_tail, atomic_load(&h->log_head), __ATOMIC_RELEASE);
+      e = cudaMemcpyAsync(w->base, seg + w->shadow_off, w->size, cudaMemcpyDefault, st);
+      if (e != cudaSuccess) rc = cuda_fail(c, "cudaMemcpyAsync (staged window)", e);
       copied = 1;
-      __atomic_store_n(&h->log_tail, h->log_tail + 1, __ATOMIC_RELEASE);
+      break;
     }
+    cuda_log_entry_t *en = &h->log[h->log_tail % CUDA_LOG_N];
+    if (atomic_load(&en->seq) != h->log_tail + 1) { /* not written (yet) */
+      if (h->log_tail >= head) break;
+      cuda_log_cond_t x = {h, h->log_tail};
+      const ulbu_cond_t cond = {cuda_log_poll, NULL, &x};
+      if ((rc = ulbu_wait(&c->waiter, &cond, "a peer's staged put to be logged", NULL)) != UL_OK)
+        break;
+      continue;
+    }
+    e = cudaMemcpyAsync((char *)w->base + en->off, seg + w->shadow_off + en->off, en->bytes,
+                        cudaMemcpyDefault, st);
+    if (e != cudaSuccess) {
+      rc = cuda_fail(c, "cudaMemcpyAsync (staged window)", e);
+      break;
+    }
+    copied = 1;
+    __atomic_store_n(&h->log_tail, h->log_tail + 1, __ATOMIC_RELEASE);
   }
   if (rc == UL_OK && copied) {
     if (!w->drain_ev && (e = cudaEventCreateWithFlags(&w->drain_ev, cudaEventDisableTiming)) != cudaSuccess)

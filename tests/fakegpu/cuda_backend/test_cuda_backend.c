@@ -11,11 +11,16 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unilink/unilink.h>
 
+#include "cuda_internal.h" /* the staged segment's log (white-box test) */
 #include "test_cuda_backend.h"
 
 /* --------------------------------------------------- allreduce, exact result */
@@ -415,6 +420,102 @@ Test(cuda_backend, staged_drain_seen_by_every_stream) {
   rank_ctx_t x[2];
   int devs[2] = {0, 1};
   run_threads(x, 2, devs, cross_drain_body, NULL);
+  destroy_all(x, 2);
+}
+
+/* staged: senders reserve an entry of the receiver's log (log_head) and write it later,
+ * each from its own stream's host callback. Rank 1's range sits behind an entry that
+ * another sender reserved and has not written yet (this test plays that sender, stalled
+ * in cuda_log_append, as a preempted callback thread is). Rank 0 sees rank 1's signal:
+ * its wait must not return before rank 1's range is in the window (the drain used to
+ * stop at the unwritten entry: conformance errors/allreduce-partial-overlap/ranks=4,
+ * 4 thread ranks on one fake GPU, got a wrong sum once). White box: the segment layout
+ * is cuda_internal.h's, found by its shm name in /proc/self/maps. */
+#define STALL_BYTES 4096
+#define STALL_MS 300
+
+/* Rank @rank's segment of the communicator's window number @seq (0 is the generic
+ * layer's), mapped in this process (every thread rank maps it: any mapping will do). */
+static cuda_seg_hdr_t *staged_segment(int seq, int rank) {
+  char want[32], line[512];
+  snprintf(want, sizeof want, "-w%d-%d", seq, rank);
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return NULL;
+  void *found = NULL;
+  while (!found && fgets(line, sizeof line, f)) {
+    char *name = strstr(line, "/ulcuda-");
+    if (!name) continue;
+    char *end = name + strcspn(name, " \n");
+    size_t wl = strlen(want);
+    if ((size_t)(end - name) > wl && !memcmp(end - wl, want, wl))
+      found = (void *)(uintptr_t)strtoull(line, NULL, 16);
+  }
+  fclose(f);
+  return found;
+}
+
+typedef struct stall_arg {
+  cuda_seg_hdr_t *h;
+  uint64_t n; /* the reserved entry */
+} stall_arg_t;
+
+/* The stalled sender: writes its (empty) entry STALL_MS later. */
+static void *stall_publish(void *arg) {
+  stall_arg_t *a = arg;
+  struct timespec ts = {0, STALL_MS * 1000000L};
+  nanosleep(&ts, NULL);
+  cuda_log_entry_t *en = &a->h->log[a->n % CUDA_LOG_N];
+  en->off = 0;
+  en->bytes = 0;
+  atomic_store(&en->seq, a->n + 1);
+  return NULL;
+}
+
+static void reserved_entry_body(rank_ctx_t *x) {
+  void *wm = NULL, *src = NULL;
+  ul_window_t win = NULL;
+  uint8_t h[STALL_BYTES];
+  pthread_t th;
+  int started = 0;
+  stall_arg_t sa = {NULL, 0};
+  RCHECK(x, ul_mem_alloc(x->comm, STALL_BYTES, &wm), "ul_mem_alloc");
+  RCHECK(x, ul_mem_alloc(x->comm, STALL_BYTES, &src), "ul_mem_alloc");
+  RCHECK(x, ul_mem_set(wm, 0, STALL_BYTES, x->comm, NULL), "ul_mem_set");
+  RCHECK(x, ul_window_register(x->comm, wm, STALL_BYTES, &win), "ul_window_register");
+  if (x->rank == 0) {
+    if (!(sa.h = staged_segment(1, 0))) RFAIL(x, "rank 0's window segment is not in /proc/self/maps");
+    sa.n = atomic_fetch_add(&sa.h->log_head, 1); /* the other sender's reservation */
+    if (pthread_create(&th, NULL, stall_publish, &sa) != 0) RFAIL(x, "pthread_create");
+    started = 1;
+  }
+  RCHECK(x, ul_barrier(x->comm, NULL), "ul_barrier"); /* the entry is reserved */
+  if (x->rank == 1) {
+    for (size_t i = 0; i < STALL_BYTES; i++) h[i] = sr_byte(1, 7, i);
+    RCHECK(x, ul_mem_copy(src, h, STALL_BYTES, x->comm, NULL), "ul_mem_copy");
+    RCHECK(x, ul_put(src, STALL_BYTES, 0, win, 0, NULL), "ul_put");
+    RCHECK(x, ul_signal(0, win, 0, NULL), "ul_signal");
+  } else {
+    ul_result_t rc = ul_wait_signal(win, 0, 1, NULL);
+    if (rc == UL_OK) rc = ul_mem_copy(h, wm, STALL_BYTES, x->comm, NULL);
+    if (started) pthread_join(th, NULL);
+    RCHECK(x, rc, "ul_wait_signal, then ul_mem_copy of the window");
+    for (size_t i = 0; i < STALL_BYTES; i++)
+      if (h[i] != sr_byte(1, 7, i))
+        RFAIL(x, "byte %zu of the window is 0x%02x after rank 1's signal, want 0x%02x (its range "
+              "was logged behind a reserved, unwritten entry and not drained)",
+              i, h[i], sr_byte(1, 7, i));
+  }
+  RCHECK(x, ul_barrier(x->comm, NULL), "ul_barrier");
+  RCHECK(x, ul_window_deregister(win), "ul_window_deregister");
+  ul_mem_free(x->comm, wm), ul_mem_free(x->comm, src);
+}
+
+Test(cuda_backend, staged_drain_waits_for_reserved_log_entries) {
+  setenv("UNILINK_CUDA_PATH", "staged", 1);
+  g_timeout_ms = 3000; /* before the fix, rank 1 waited in the last barrier for rank 0 */
+  rank_ctx_t x[2];
+  int devs[2] = {0, 1};
+  run_threads(x, 2, devs, reserved_entry_body, NULL);
   destroy_all(x, 2);
 }
 
