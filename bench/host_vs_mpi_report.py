@@ -3,14 +3,17 @@
 unilink-bench and raw_mpi_bench) and prints, per timing method, collective and rank count,
 the host backend's out-of-place times (in place for broadcast: MPI_Bcast has one buffer)
 with malloc and ul_mem_alloc buffers beside raw Open MPI's and raw MPICH's, speedups (raw time / host time, medians over rounds of per-round
-ratios) and %roof; then the targets of issue 18 with every point that misses one.
+ratios) and %roof; then the targets of issue 18 with every point that misses one. With
+--plot PREFIX it also draws, per timing method and rank count, the speedups against size
+for every collective (gnuplot): PREFIX-<method>-np<N>.png.
 
-    host_vs_mpi_report.py OUT_DIR ROUNDS"""
+    host_vs_mpi_report.py OUT_DIR ROUNDS [--plot PREFIX]"""
 import glob
 import math
 import os
 import re
 import statistics
+import subprocess
 import sys
 
 ROW = re.compile(r"^\s+\d+\s+\d+\s")
@@ -64,8 +67,57 @@ def fmt(x, w, p=2, suffix=""):
     return f"{'-':>{w}}" if x is None or math.isnan(x) else f"{x:{w}.{p}f}{suffix}"
 
 
+# Series of a plot panel: (label, peer key, host key).
+SERIES = (("Open MPI / host, malloc", "om", "hm"), ("MPICH / host, malloc", "mp", "hm"),
+          ("Open MPI / host, ul_mem_alloc", "om", "hu"), ("MPICH / host, ul_mem_alloc", "mp", "hu"))
+
+
+def gq(text):
+    """text as a gnuplot double-quoted string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def plot(prefix, method, title, np, panels):
+    """One PNG: a panel per collective, speedup (raw MPI time / host time) against size,
+    log-log, with the 1.0x line. panels: [(collective, {series label: [(size, x)]})].
+    Returns the path, or None when gnuplot failed (its message on stderr)."""
+    path = f"{prefix}-{method}-np{np}.png"
+    lines = ["set terminal pngcairo size 1400,1000 font ',10' noenhanced", f"set output {gq(path)}",
+             f"set multiplot layout 3,2 title {gq(f'unilink host against raw MPI, np={np}, {title}')}",
+             "set logscale x 2", "set logscale y", "set format x '%.0b%B'",
+             "set xlabel 'bytes'", "set ylabel 'speedup (> 1: unilink faster)'",
+             "set key top left", "set grid"]
+    for coll, series in panels:
+        lines.append(f"set title {gq(coll)}")
+        plots = []
+        for i, (label, _, _) in enumerate(SERIES):
+            pts = series.get(label) or []
+            if not pts:
+                continue
+            block = f"$d{len(lines)}_{i}"
+            lines.append(f"{block} << EOD")
+            lines += [f"{s} {x:.6g}" for s, x in pts]
+            lines.append("EOD")
+            plots.append(f"{block} using 1:2 with linespoints title {gq(label)}")
+        plots.append("1 with lines dashtype 2 lc rgb 'black' title '1.0x'")
+        lines.append("plot " + ", ".join(plots))
+    lines.append("unset multiplot")
+    p = subprocess.run(["gnuplot"], input="\n".join(lines) + "\n", text=True,
+                       stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        return None
+    return path
+
+
 def main():
-    out, rounds = sys.argv[1], int(sys.argv[2])
+    args = sys.argv[1:]
+    prefix = None
+    if "--plot" in args:
+        i = args.index("--plot")
+        prefix = args[i + 1]
+        del args[i:i + 2]
+    out, rounds = args[0], int(args[1])
     names = [os.path.basename(p)[:-4] for p in glob.glob(f"{out}/*.log")]
     methods = [m for m in ("b2b", "sync") if any(f"-{m}-" in n for n in names)]
     colls, nps = [], []
@@ -106,6 +158,21 @@ def main():
 
     def value(per, s, k):
         return med([d[s][k] for d in per if s in d and d[s][k] is not None])
+
+    if prefix:
+        for m in methods:
+            for np in nps:
+                panels = []
+                for c in colls:
+                    per = data[(m, c, np)]
+                    sizes = sorted(set().union(*[d.keys() for d in per])) if per else []
+                    series = {}
+                    for label, peer, host in SERIES:
+                        pts = [(s, ratio(per, s, peer, host)) for s in sizes if s > 0]
+                        series[label] = [(s, x) for s, x in pts if not math.isnan(x) and x > 0]
+                    panels.append((c, series))
+                path = plot(prefix, m, title[m], np, panels)
+                print(f"plot: {path}" if path else f"plot {m} np{np}: gnuplot failed")
 
     misses = {1: [], 2: [], 3: [], 4: []}
     seen = {1: 0, 2: 0, 3: 0, 4: 0}  # points each target was checked on
