@@ -18,7 +18,8 @@
 # other; rounds are interleaved (REPEAT) and each table shows medians over rounds of
 # speedup = time[raw MPI] / time[host] (> 1: host faster), and %roof. Thread ranks (-t 2,
 # no mpirun) are compared with the np=2 raw numbers of the same round. The last section
-# checks the targets of issue 18 and lists every point that misses one.
+# checks the targets of issue 18 and lists every point that misses one; plots of the
+# speedups go to OUT/host-vs-mpi-<method>-np<N>.png (gnuplot).
 # Selection: first bench/calibrate-host.sh measures this machine's staged/direct limits
 # into OUT/tuning.txt, which the host backend then reads (UNILINK_TUNING_FILE); CALIBRATE=0
 # keeps the built-in limits, TUNING=FILE uses an earlier table.
@@ -125,4 +126,4 @@ for rep in $(seq 1 "$REPEAT"); do
 done
 
 [ -n "${UNILINK_TUNING_FILE:-}" ] && { echo "Selection limits measured here ($UNILINK_TUNING_FILE):"; grep -v '^#' "$UNILINK_TUNING_FILE"; }
-python3 "$SRC_DIR/host_vs_mpi_report.py" "$OUT" "$REPEAT"
+python3 "$SRC_DIR/host_vs_mpi_report.py" "$OUT" "$REPEAT" --plot "$OUT/host-vs-mpi"
