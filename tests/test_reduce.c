@@ -530,6 +530,7 @@ Test(reduce, stream_bad_args_change_nothing, .timeout = 10) {
   cr_assert_eq(ul_reduce_stream_local(two, 0, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul_reduce_stream_local(NULL, 1, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul_reduce_stream_local(null1, 2, a, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "dst[1] is NULL"), "%s", ul_last_error());
   cr_assert_eq(ul_reduce_stream_local(two, 2, NULL, b, 8, UL_INT32, UL_SUM), UL_ERR_INVALID_ARG);
   cr_assert_eq(ul_reduce_stream_local(two, 2, a, b, 8, UL_DTYPE_COUNT, UL_SUM),
                UL_ERR_INVALID_ARG);

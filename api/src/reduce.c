@@ -251,10 +251,11 @@ static void red_apply(const red_kernels_t *k, void *dst, const void *a, const vo
 }
 
 /* The checks both entry points make: dtype, op, NULL pointers with count > 0 (outputs
- * counted in nd of dst), size overflow. *bytes gets the length of one buffer. */
-static ul_result_t red_check(const char *fn, void *const *dst, int nd, const void *a,
-                             const void *b, size_t count, ul_dtype_t dtype, ul_op_t op,
-                             size_t *bytes) {
+ * counted in nd of dst; indexed: the caller's outputs are an array, named dst[i], else
+ * one pointer, named dst), size overflow. *bytes gets the length of one buffer. */
+static ul_result_t red_check(const char *fn, void *const *dst, int nd, int indexed,
+                             const void *a, const void *b, size_t count, ul_dtype_t dtype,
+                             ul_op_t op, size_t *bytes) {
   *bytes = 0;
   if (!ul__dtype_valid(dtype))
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: unknown dtype %d", fn, (int)dtype);
@@ -263,8 +264,8 @@ static ul_result_t red_check(const char *fn, void *const *dst, int nd, const voi
   if (count == 0) return UL_OK;
   for (int d = 0; d < nd; d++)
     if (!dst[d]) {
-      char name[24] = "dst"; /* ul_reduce_local has one output, named dst */
-      if (nd > 1 || strcmp(fn, "ul_reduce_local") != 0) snprintf(name, sizeof name, "dst[%d]", d);
+      char name[24] = "dst";
+      if (indexed) snprintf(name, sizeof name, "dst[%d]", d);
       return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %s is NULL with count %zu > 0", fn,
                                   name, count);
     }
@@ -282,7 +283,7 @@ static ul_result_t red_check(const char *fn, void *const *dst, int nd, const voi
 ul_result_t ul_reduce_local(void *dst, const void *a, const void *b, size_t count,
                             ul_dtype_t dtype, ul_op_t op) {
   size_t bytes;
-  ul_result_t rc = red_check("ul_reduce_local", &dst, 1, a, b, count, dtype, op, &bytes);
+  ul_result_t rc = red_check("ul_reduce_local", &dst, 1, 0, a, b, count, dtype, op, &bytes);
   if (rc != UL_OK || bytes == 0) return rc;
   if ((dst != a && red_overlap(dst, a, bytes)) || (dst != b && red_overlap(dst, b, bytes)))
     return ul__set_thread_error(UL_ERR_INVALID_ARG,
@@ -311,7 +312,7 @@ ul_result_t ul_reduce_stream_local(void *const *dst, int ndst, const void *a, co
     return ul__set_thread_error(UL_ERR_INVALID_ARG, "%s: %d outputs (dst %s); at least one",
                                 fn, ndst, dst ? "set" : "NULL");
   size_t bytes;
-  ul_result_t rc = red_check(fn, dst, ndst, a, b, count, dtype, op, &bytes);
+  ul_result_t rc = red_check(fn, dst, ndst, 1, a, b, count, dtype, op, &bytes);
   if (rc != UL_OK || bytes == 0) return rc;
   for (int d = 0; d < ndst; d++) {
     /* exact aliasing is safe: each line is read before it is written */
