@@ -459,6 +459,63 @@ Test(host_threads, algo_env_changes_seen_on_the_next_call, .timeout = 60) {
   cr_assert_eq(run_ranks(1, 0, algo_env_changes), 0);
 }
 
+/* ul_comm_last_call describes the last call that ran: a call fills a spare record and
+ * publishes it only when it succeeds, and the selection, kept per size, follows the size
+ * back and forth. An allreduce of 2 ints (flagged lines), of 16384 (not), of 2 again, one
+ * that fails inside its turn (UNILINK_ALGO names no algorithm), then one more. */
+static int allreduce_checked(ul_comm_t c, int me, int n, int count, ul_call_info_t *info) {
+  static int32_t in[16384], out[16384];
+  for (int i = 0; i < count; i++) in[i] = val(me, (size_t)i);
+  ul_result_t rc = ul_allreduce(in, out, (size_t)count, UL_INT32, UL_SUM, c, NULL);
+  if (rc != UL_OK) return (int)rc;
+  for (int i = 0; i < count; i++) {
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) want += val(r, (size_t)i);
+    CHECK(out[i] == want, "rank %d count %d [%d] = %d, want %d", me, count, i, out[i], want);
+  }
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  CHECK(ul_comm_last_call(c, info) == UL_OK, "last_call");
+  CHECK(info->bytes == (size_t)count * sizeof(int32_t), "rank %d: last call %zu bytes, ran %d ints",
+        me, info->bytes, count);
+  return 0;
+}
+
+static int last_call_follows(ul_comm_t c, int me, int n) {
+  ul_call_info_t a, b, again, after;
+  CHECK(allreduce_checked(c, me, n, 2, &a) == 0, "8 B allreduce");
+  CHECK(!strcmp(a.algorithm, "line") && strstr(a.reason, "flagged cache lines"),
+        "8 B ran '%s' (%s)", a.algorithm, a.reason);
+  CHECK(allreduce_checked(c, me, n, 16384, &b) == 0, "64 KiB allreduce");
+  CHECK(strcmp(b.algorithm, "line") && strcmp(b.reason, a.reason) && b.sequence == a.sequence + 1,
+        "64 KiB ran '%s' (%s) as call %llu", b.algorithm, b.reason, (unsigned long long)b.sequence);
+  CHECK(allreduce_checked(c, me, n, 2, &again) == 0, "8 B allreduce again");
+  CHECK(!strcmp(again.algorithm, "line") && !strcmp(again.reason, a.reason) &&
+            again.sequence == b.sequence + 1,
+        "8 B again ran '%s' (%s) as call %llu", again.algorithm, again.reason,
+        (unsigned long long)again.sequence);
+  setenv("UNILINK_ALGO", "allreduce:nosuch", 1);
+  int rc = allreduce_checked(c, me, n, 2, &after);
+  unsetenv("UNILINK_ALGO");
+  CHECK(rc == UL_ERR_INVALID_ARG, "a forced unknown algorithm gave %d", rc);
+  CHECK(ul_comm_last_call(c, &after) == UL_OK, "last_call");
+  CHECK(after.sequence == again.sequence && !strcmp(after.algorithm, again.algorithm) &&
+            !strcmp(after.reason, again.reason) && !strcmp(after.path, again.path) &&
+            after.bytes == again.bytes && after.fallback == again.fallback,
+        "after a failed call the last call is #%llu '%s' (%s, %s, %zu B), not #%llu '%s'",
+        (unsigned long long)after.sequence, after.algorithm, after.reason, after.path,
+        after.bytes, (unsigned long long)again.sequence, again.algorithm);
+  CHECK(allreduce_checked(c, me, n, 2, &after) == 0, "8 B allreduce after the failure");
+  CHECK(!strcmp(after.algorithm, "line") && after.sequence == again.sequence + 2,
+        "then ran '%s' as call %llu", after.algorithm, (unsigned long long)after.sequence);
+  return 0;
+}
+
+/* processes: UNILINK_ALGO is set in one rank's own environment, not under a sibling thread */
+Test(host_process, last_call_is_the_last_that_ran, .timeout = 60) {
+  cr_assert_eq(run_ranks(2, 1, last_call_follows), 0);
+}
+
 /* UNILINK_TUNING_FILE (tests below): broadcast staged up to 1 MiB, allgather never. */
 static int tuned_selection_on(ul_comm_t c, int me, int n, int32_t *buf);
 static int tuned_selection(ul_comm_t c, int me, int n) {

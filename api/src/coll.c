@@ -381,13 +381,20 @@ ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
   return rc;
 }
 
-static void call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll, ul_call_info_t *info) {
-  memset(info, 0, sizeof *info);
+/* The turn holder's record (ul__comm_call_record), cleared field by field: what follows
+ * a string's terminator is never read. */
+static ul_call_info_t *call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll) {
+  ul_call_info_t *info = ul__comm_call_record(c);
   info->struct_size = sizeof *info;
   info->sequence = seq;
   info->coll = coll;
+  info->algorithm[0] = info->reason[0] = '\0';
+  info->fallback = 0;
+  info->bytes = 0;
+  info->modeled_us = 0;
   /* backend and selection are the communicator's: ul_comm_last_call fills them in */
   ul__copy_str(info->path, sizeof info->path, c->props.path);
+  return info;
 }
 
 /* End of an operation's turn: record what ran (the backend may amend it), or make a
@@ -407,7 +414,7 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
   }
   if (rc == UL_OK) {
     c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
-    ul__comm_record_call(c, info);
+    ul__comm_record_call(c);
   } else if (ul__fatal_error(rc)) {
     c->sticky = rc;
   }
@@ -427,10 +434,9 @@ static ul_result_t execute_coll(coll_task_t *t) {
   ul_result_t rc = wait_turn(c, t->ticket);
   if (rc != UL_OK) return ul__comm_set_error(c, rc, "%s: aborted before it ran", ul_coll_name(t->args.coll));
   uint64_t seq = ++c->seq;
-  ul_call_info_t info;
-  call_info_init(c, seq, t->args.coll, &info);
+  ul_call_info_t *info = call_info_init(c, seq, t->args.coll);
   size_t es = t->args.coll == UL_COLL_BARRIER ? 0 : ul_dtype_size(t->args.dtype);
-  info.bytes = (ul__is_vcoll(t->args.coll) ? ul__vcoll_max_block(&t->args, c->nranks)
+  info->bytes = (ul__is_vcoll(t->args.coll) ? ul__vcoll_max_block(&t->args, c->nranks)
                                             : t->args.count) * es;
   if (c->sticky != UL_OK) {
     rc = c->sticky;
@@ -440,15 +446,15 @@ static ul_result_t execute_coll(coll_task_t *t) {
     end_turn(c);
     return rc;
   }
-  ul__flight_begin(c, seq, t->args.coll, info.bytes);
+  ul__flight_begin(c, seq, t->args.coll, info->bytes);
   if (c->config.check) rc = check_args(c, &t->args, t->bs);
-  if (rc == UL_OK) rc = run_coll_now(c, &t->args, t->bs, &info);
+  if (rc == UL_OK) rc = run_coll_now(c, &t->args, t->bs, info);
   if (rc == UL_OK) ul__fault_after_coll(c, &t->args); /* no-op outside test builds */
   if (rc == UL_OK) {
     UL_TRACE("COLL", "%s #%llu %zu B on %s: %s (%s)", ul_coll_name(t->args.coll),
-             (unsigned long long)seq, info.bytes, c->backend->ops.name, info.algorithm, info.reason);
+             (unsigned long long)seq, info->bytes, c->backend->ops.name, info->algorithm, info->reason);
   }
-  return finish_call(c, rc, &info);
+  return finish_call(c, rc, info);
 }
 
 static ul_result_t coll_task_fn(void *arg) {
@@ -561,15 +567,14 @@ static ul_result_t execute_batch(batch_task_t *t) {
     }
     i = j;
   }
-  ul_call_info_t info;
-  call_info_init(c, seq, UL_COLL_SENDRECV, &info);
+  ul_call_info_t *info = call_info_init(c, seq, UL_COLL_SENDRECV);
   if (rc == UL_OK) {
-    snprintf(info.algorithm, sizeof info.algorithm, "%s", native_p2p ? "native" : "channels");
-    snprintf(info.reason, sizeof info.reason, "%d operation(s) in one group", t->n);
+    snprintf(info->algorithm, sizeof info->algorithm, "%s", native_p2p ? "native" : "channels");
+    snprintf(info->reason, sizeof info->reason, "%d operation(s) in one group", t->n);
     for (int i = 0; i < t->n; i++)
-      if (!t->items[i].is_coll && t->items[i].p2p.is_send) info.bytes += t->items[i].p2p.bytes;
+      if (!t->items[i].is_coll && t->items[i].p2p.is_send) info->bytes += t->items[i].p2p.bytes;
   }
-  return finish_call(c, rc, &info);
+  return finish_call(c, rc, info);
 }
 
 /* Free items and the count copies of the v-collectives among them. */

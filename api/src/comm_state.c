@@ -158,11 +158,11 @@ UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
                               "ul_comm_last_call: info is NULL or its struct_size is too small");
   size_t sz = info->struct_size < sizeof(ul_call_info_t) ? info->struct_size : sizeof(ul_call_info_t);
   ul__comm_lock(comm);
-  if (comm->last_call.sequence == 0) {
+  if (comm->calls[comm->last_call].sequence == 0) {
     ul__comm_unlock(comm);
     return UL_ERR_NOT_FOUND;
   }
-  ul_call_info_t copy = comm->last_call;
+  ul_call_info_t copy = comm->calls[comm->last_call];
   ul__comm_unlock(comm);
   copy.struct_size = sz;
   /* the communicator's, not copied on every call */
@@ -172,9 +172,11 @@ UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
   return UL_OK;
 }
 
-void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info) {
+ul_call_info_t *ul__comm_call_record(ul_comm_t comm) { return &comm->calls[comm->last_call ^ 1]; }
+
+void ul__comm_record_call(ul_comm_t comm) {
   ul__comm_lock(comm);
-  comm->last_call = *info;
+  comm->last_call ^= 1;
   ul__comm_unlock(comm);
 }
 

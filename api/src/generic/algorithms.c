@@ -197,6 +197,7 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
     snprintf(r, rl, "peers not load/store reachable (path %s)", x->c->props.path);
   g->reason[x->a->coll].algo = al;
   g->reason[x->a->coll].bytes = bytes;
+  g->reason[x->a->coll].len = strlen(r);
 }
 
 static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, const char *forced,
@@ -242,6 +243,9 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
     ul__copy_str(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
     if (zero) return zero_count_call(info); /* no selection: this is all such a call costs */
+    /* the choice depends on the collective and its size alone (the communicator's
+     * reach and limits are fixed): the last one for this size stands */
+    if (g->reason[a->coll].bytes == bytes) al = g->reason[a->coll].algo;
     for (size_t i = 0; i < NALGOS && !al; i++) {
       const algo_entry_t *e = &algorithms[i];
       if (e->coll != a->coll) continue;
@@ -254,7 +258,9 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                        ul_coll_name(a->coll));
     if (g->reason[a->coll].algo != al || g->reason[a->coll].bytes != bytes)
       selection_reason(&x, al, bytes);
-    ul__copy_str(info->reason, sizeof info->reason, g->reason[a->coll].text);
+    /* the text, snprintf'ed, fits info->reason */
+    _Static_assert(sizeof g->reason[0].text <= sizeof info->reason, "reason text too long");
+    memcpy(info->reason, g->reason[a->coll].text, g->reason[a->coll].len + 1);
   }
   /* Which data path this call took. */
   if (al->needs == NEED_DIRECT && !g->load_store) {

@@ -36,7 +36,4 @@ UL__HIDDEN int ul__generic_algo_known(ul_coll_t coll, const char *name);
 UL__HIDDEN void *ul__turn_create(void);
 UL__HIDDEN void ul__turn_destroy(void *t);
 
-/* comm.c */
-UL__HIDDEN void ul__comm_record_call(ul_comm_t comm, const ul_call_info_t *info);
-
 #endif

@@ -106,8 +106,9 @@ typedef struct ul__generic {
    * snprintf a hundred, and code alternating two collectives (a barrier and a broadcast)
    * would otherwise format on every call. */
   struct {
-    const void *algo;
+    const void *algo; /* chosen for this many bytes: selection runs once per size */
     size_t bytes;
+    size_t len; /* of text */
     char text[192];
   } reason[UL_COLL_COUNT];
   int copy_stream;   /* backend has copy_stream (streaming stores for large outputs) */
