@@ -378,17 +378,20 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
-/* Small broadcasts go in flagged lines through a ring of 16 per root, and a root may run
- * ahead of its readers until a slot comes round again, when it waits for their credits
- * (one every 4 broadcasts). Runs of 40 broadcasts from one root while its readers lag,
- * then roots that change every call; in place and out of place; counts of one line, two,
- * the 19-line limit (1064 bytes) and one past it (staged). A slot rewritten before its
- * reader read it, or a credit counted wrong (a hang or a wrong value), fails here. */
+/* Small broadcasts go in flagged lines through a ring of 304 per root, the smallest
+ * packed several to a line, and a root may run ahead of its readers until it comes round
+ * to a line they have not returned a credit for (one every 32 lines). Runs of 120
+ * broadcasts from one root (about 400 lines: the ring wraps and the root waits within a
+ * run) while its readers lag, then roots that change every call; in place and out of
+ * place; counts that share a line (4, 8 and 28 bytes), fill one exactly (56), need two
+ * (60), the 19-line limit (1064 bytes) and one past it (staged). A line rewritten before
+ * its reader read it, a broadcast placed differently on two ranks, or a credit counted
+ * wrong (a hang or a wrong value) fails here. */
 static int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
   static const size_t cnts[] = {1, 14, 15, 266, 2, 267, 7};
   int32_t in[267], out[267];
-  for (int it = 0; it < 1200; it++) {
-    int root = it < 400 ? (it / 40) % n : it % n;
+  for (int it = 0; it < 1520; it++) {
+    int root = it < 720 ? (it / 120) % n : it % n;
     size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
     if (me != root && it % 13 == 0) usleep(300); /* readers lag; the root goes on */
     int inplace = (it / 5) % 2;

@@ -163,8 +163,8 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot")));
   if (al->run == ul__line_broadcast)
     snprintf(r, rl,
-             "%zu bytes <= %d: written into readers' scratch in flagged cache lines, no "
-             "staging, readers' credits every %d broadcasts",
+             "%zu bytes <= %d: written into readers' scratch in flagged cache lines, small "
+             "ones packed, no staging, readers' credits every %d lines",
              ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
   else if (al->run == ul__line_small)
     snprintf(r, rl,

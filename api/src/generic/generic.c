@@ -110,10 +110,10 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->ready_expect = calloc((size_t)n, sizeof *g->ready_expect);
   g->done_expect = calloc((size_t)n, sizeof *g->done_expect);
   g->slot_need = calloc((size_t)n * UL__STAGE_SLOTS, sizeof *g->slot_need);
-  g->lb_count = calloc((size_t)n, sizeof *g->lb_count);
+  g->lb = calloc((size_t)n, sizeof *g->lb);
   if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->outs ||
       !g->ready_expect ||
-      !g->done_expect || !g->slot_need || !g->lb_count) {
+      !g->done_expect || !g->slot_need || !g->lb) {
     ul__generic_fini_state(g);
     return ul__comm_set_error(comm, UL_ERR_NO_MEMORY, "generic layer: out of memory");
   }
@@ -186,7 +186,7 @@ void ul__generic_fini_state(ul__generic_t *g) {
   free(g->ready_expect);
   free(g->done_expect);
   free(g->slot_need);
-  free(g->lb_count);
+  free(g->lb);
   free(g);
 }
 

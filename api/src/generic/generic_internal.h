@@ -12,7 +12,7 @@
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
 #define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
 #define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us */
-#define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of ours */
+#define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of our lines */
 /* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
  * peers. A signal that a peer raises on every call would do too, but the check would then
  * read a line the peer writes each call: two cache-line transfers per call for nothing. */
@@ -29,16 +29,32 @@
 #define UL__LL_LINES 74 /* 4144 bytes a peer: a 4 KiB allreduce */
 #define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
 #define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
-/* Broadcast lines (ul__line_broadcast): per root, a ring of UL__LB_SLOTS broadcasts of
- * UL__LB_LINES lines each; readers return credits every UL__LB_CREDIT broadcasts. Up to
- * 1 KiB: beyond it the root's stores into lines its readers hold cost more than readers
- * pulling a staged copy (np2, b2b: 2 KiB 1.66-1.72 us against 1.24-2.04, 4 KiB 2.2-2.6
- * against 1.1-1.3; 512 B 0.7-1.0 against 1.0-1.4). */
-#define UL__LB_SLOTS 16
-#define UL__LB_CREDIT 4
+/* Broadcast lines (ul__line_broadcast): per root, a ring of UL__LB_RING lines that its
+ * broadcasts fill in order, those of 28 bytes or less packed several to a line, larger
+ * ones a slot of UL__LB_LINES lines each; readers return a credit every UL__LB_CREDIT lines
+ * they finish. Up to UL__LB_LINES lines (1 KiB): beyond it the root's stores into lines
+ * its readers hold cost more than readers pulling a staged copy (np2, b2b: 2 KiB
+ * 1.66-1.72 us against 1.24-2.04, 4 KiB 2.2-2.6 against 1.1-1.3; 512 B 0.7-1.0 against
+ * 1.0-1.4). A broadcast moves the cursor at most 2 * UL__LB_LINES - 1 lines (to the next
+ * slot and across it), so with UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT a root
+ * never waits for a credit its readers could only return after reading that very
+ * broadcast. */
 #define UL__LB_LINES 19
+#define UL__LB_RING (16 * UL__LB_LINES)
+#define UL__LB_CREDIT (4 * UL__LB_LINES)
 #define UL__LB_MAX_BYTES (UL__LB_LINES * UL__LL_PAYLOAD)
-#define UL__LB_REGION(n) ((size_t)(n) * UL__LB_SLOTS * UL__LB_LINES * UL__LL_LINE)
+#define UL__LB_REGION(n) ((size_t)(n) * UL__LB_RING * UL__LL_LINE)
+_Static_assert(UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT, "broadcast ring too small");
+
+/* Per root, where its line broadcasts stand; alike on every rank, as every rank sees the
+ * same broadcasts (ul__line_broadcast). */
+typedef struct ul__lb_state {
+  uint64_t count;   /* broadcasts made so far: the next one is flagged count + 1 */
+  uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
+  size_t off;       /* cursor: payload bytes of that line already used */
+  uint64_t credits; /* root: credits every reader is known to have returned; reader:
+                       credits it has returned */
+} ul__lb_state_t;
 
 typedef struct ul__mailbox {
   const void *send;
@@ -92,7 +108,7 @@ typedef struct ul__generic {
   size_t bounce_from[UL_COLL_COUNT];
   uint64_t ll_epoch;                 /* flagged-line operations run so far */
   size_t lb_off;                     /* broadcast lines, UL__LB_REGION(n) bytes */
-  uint64_t *lb_count;                /* per root: line broadcasts it has made so far */
+  ul__lb_state_t *lb;                /* per root */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
