@@ -501,6 +501,8 @@ static int last_call_follows(ul_comm_t c, int me, int n) {
   int rc = allreduce_checked(c, me, n, 2, &after);
   unsetenv("UNILINK_ALGO");
   CHECK(rc == UL_ERR_INVALID_ARG, "a forced unknown algorithm gave %d", rc);
+  memset(&after, 0, sizeof after); /* allreduce_checked left it as it was */
+  after.struct_size = sizeof after;
   CHECK(ul_comm_last_call(c, &after) == UL_OK, "last_call");
   CHECK(after.sequence == again.sequence && !strcmp(after.algorithm, again.algorithm) &&
             !strcmp(after.reason, again.reason) && !strcmp(after.path, again.path) &&
