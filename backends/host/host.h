@@ -109,6 +109,8 @@ typedef struct host_waiter {
   int nranks, self;
   const pid_t *pids;              /* process liveness (NULL in thread mode) */
   const int *pidfds;              /* -1 where unavailable */
+  int reached_suffices;           /* a value reached counts even if a peer aborted since:
+                                   * barriers, where arriving is all a peer contributes */
 } host_waiter_t;
 
 /* Why a wait failed. */

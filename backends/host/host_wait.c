@@ -123,8 +123,10 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
   fail->aborted = 0;
   fail->elapsed_ms = 0;
   /* A peer that aborted may have signalled before it left; what it staged is gone (thread
-   * ranks free it), so the communicator is broken even when the value is reached. */
-  if (w->ctrl)
+   * ranks free it), so the communicator is broken even when the value is reached. A
+   * barrier is the exception: it stages nothing, and a peer that arrived and then aborted
+   * (say, right after its init returned) must not fail the others' init. */
+  if (w->ctrl && !w->reached_suffices)
     for (int p = 0; p < w->nranks; p++)
       if (p != w->self && atomic_load_explicit(&w->ctrl->ranks[p].aborted, memory_order_acquire)) {
         fail->rank = p;
@@ -150,6 +152,7 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
 }
 
 void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word) {
+  w->reached_suffices = 0;
   w->abort_flag = c->abort_flag;
   w->dead = &c->dead;
   w->timeout_ms = c->timeout_ms;
@@ -199,6 +202,7 @@ ul_result_t host_comm_barrier(ul_backend_comm_t *c, const char *what) {
   host_slot_add(&c->ctrl->barrier, 1, c->ctrl_shared);
   host_waiter_t w;
   host_waiter_for_comm(c, &w, 1);
+  w.reached_suffices = 1;
   host_wait_fail_t fail;
   ul_result_t rc = host_wait_geq(&w, &c->ctrl->barrier, target, &fail);
   if (rc == UL_OK) return UL_OK;
