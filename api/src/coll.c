@@ -43,7 +43,13 @@ void ul__turn_destroy(void *p) {
   free(t);
 }
 
-static uint64_t take_ticket(ul_comm_t c) {
+/* fast: the owner's call (ul__owner_enter), the only thread touching the turn. */
+static uint64_t take_ticket(ul_comm_t c, int fast) {
+  if (fast) {
+    uint64_t t = __atomic_load_n(&c->issue_ticket, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->issue_ticket, t + 1, __ATOMIC_RELAXED);
+    return t;
+  }
   return __atomic_fetch_add(&c->issue_ticket, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -73,7 +79,12 @@ static ul_result_t wait_turn(ul_comm_t c, uint64_t ticket) {
   return UL_OK;
 }
 
-static void end_turn(ul_comm_t c) {
+static void end_turn(ul_comm_t c, int fast) {
+  if (fast) { /* no other thread can be waiting: it would have revoked us first */
+    __atomic_store_n(&c->exec_ticket, __atomic_load_n(&c->exec_ticket, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELEASE);
+    return;
+  }
   ul__turn_t *t = c->turn;
   __atomic_add_fetch(&c->exec_ticket, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&t->waiters, __ATOMIC_SEQ_CST) == 0) return;
@@ -82,6 +93,12 @@ static void end_turn(ul_comm_t c) {
   pthread_mutex_lock(&t->mu);
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
+}
+
+/* ul__owner_guard with its sentence. */
+static ul_result_t owner_guard(ul_comm_t c, int here) {
+  ul_result_t rc = ul__owner_guard(c, here);
+  return rc == UL_OK ? rc : ul__comm_set_error(c, rc, UL__OWNER_STUCK, c->config.timeout_ms);
 }
 
 /* ------------------------------------------------------------- overrides */
@@ -356,9 +373,10 @@ ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   ul_result_t rc = UL_OK;
+  if (!in_turn) UL_CHECK(owner_guard(c, 1));
   __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
   if (!in_turn) {
-    rc = wait_turn(c, take_ticket(c));
+    rc = wait_turn(c, take_ticket(c, 0));
     if (rc != UL_OK) {
       __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
       return ul__comm_set_error(c, rc, "exchange: aborted before it ran");
@@ -375,7 +393,7 @@ ul_result_t ul__exchange(ul_comm_t c, const void *mine, void *all, size_t bytes,
     rc = c->backend->ops.stream_synchronize(bs, c->config.timeout_ms);
   if (!in_turn) {
     if (ul__fatal_error(rc)) c->sticky = rc;
-    end_turn(c);
+    end_turn(c, 0);
   }
   __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
   return rc;
@@ -399,8 +417,10 @@ static ul_call_info_t *call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll)
 
 /* End of an operation's turn: record what ran (the backend may amend it), or make a
  * fatal error sticky. */
-static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info) {
+static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info, int fast) {
   ul__flight_end(c, rc, info);
+  /* An owner revoked during the call publishes and ends the turn the locked way. */
+  int plain = fast && ul__owner_crit_begin(c);
   if (rc == UL_ERR_TIMEOUT) {
     /* Say what this rank did last: a peer's file or sentence shows where it stopped. */
     char recent[256], why[sizeof c->last_error];
@@ -414,11 +434,12 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
   }
   if (rc == UL_OK) {
     c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
-    ul__comm_record_call(c);
+    ul__comm_record_call(c, plain);
   } else if (ul__fatal_error(rc)) {
     c->sticky = rc;
   }
-  end_turn(c);
+  end_turn(c, plain);
+  if (fast) ul__owner_crit_end(c);
   return rc;
 }
 
@@ -427,6 +448,7 @@ typedef struct coll_task {
   ul__coll_args_t args;
   uint64_t ticket;
   ul_backend_stream_t *bs;
+  int fast; /* the owner's call on its own thread (ul__owner_enter) */
 } coll_task_t;
 
 static ul_result_t execute_coll(coll_task_t *t) {
@@ -443,7 +465,12 @@ static ul_result_t execute_coll(coll_task_t *t) {
     ul__comm_set_error(c, rc, "%s #%llu refused: the communicator is in error state (%s); abort "
                        "or destroy it", ul_coll_name(t->args.coll), (unsigned long long)seq,
                        ul_result_name(rc));
-    end_turn(c);
+    if (t->fast) {
+      end_turn(c, ul__owner_crit_begin(c));
+      ul__owner_crit_end(c);
+    } else {
+      end_turn(c, 0);
+    }
     return rc;
   }
   ul__flight_begin(c, seq, t->args.coll, info->bytes);
@@ -454,15 +481,21 @@ static ul_result_t execute_coll(coll_task_t *t) {
     UL_TRACE("COLL", "%s #%llu %zu B on %s: %s (%s)", ul_coll_name(t->args.coll),
              (unsigned long long)seq, info->bytes, c->backend->ops.name, info->algorithm, info->reason);
   }
-  return finish_call(c, rc, info);
+  return finish_call(c, rc, info, t->fast);
 }
 
 static ul_result_t coll_task_fn(void *arg) {
   coll_task_t *t = arg;
   ul_comm_t c = t->comm;
-  __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
-  ul_result_t rc = execute_coll(t);
-  __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  ul_result_t rc;
+  if (t->fast) { /* owner_busy, set by ul__owner_enter, is in_flight's part here */
+    rc = execute_coll(t);
+    ul__owner_leave(c);
+  } else {
+    __atomic_add_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+    rc = execute_coll(t);
+    __atomic_sub_fetch(&c->in_flight, 1, __ATOMIC_SEQ_CST);
+  }
   free(t->args.vblock);
   return rc;
 }
@@ -538,7 +571,7 @@ static ul_result_t execute_batch(batch_task_t *t) {
   if (c->sticky != UL_OK) {
     rc = ul__comm_set_error(c, c->sticky, "group #%llu refused: communicator in error state",
                             (unsigned long long)seq);
-    end_turn(c);
+    end_turn(c, 0);
     return rc;
   }
   ul__flight_begin(c, seq, UL_COLL_SENDRECV, 0);
@@ -574,7 +607,7 @@ static ul_result_t execute_batch(batch_task_t *t) {
     for (int i = 0; i < t->n; i++)
       if (!t->items[i].is_coll && t->items[i].p2p.is_send) info->bytes += t->items[i].p2p.bytes;
   }
-  return finish_call(c, rc, info);
+  return finish_call(c, rc, info, 0);
 }
 
 /* Free items and the count copies of the v-collectives among them. */
@@ -669,6 +702,14 @@ UL_API ul_result_t ul_group_end(void) {
                                   "use one stream");
         tasks[k].items[tasks[k].n++] = group_items[i];
       }
+  /* Several communicators driven by this one thread must progress together (one
+   * process driving several ranks): run NULL-stream batches on helper threads. */
+  int need_threads = 0;
+  for (int k = 0; k < nb; k++)
+    if (!(streams[k] && streams[k]->host)) need_threads++;
+  /* Before any ticket: a ticket taken and never run would stop the communicator. */
+  for (int k = 0; k < nb && rc == UL_OK; k++)
+    rc = owner_guard(comms[k], !(streams[k] && streams[k]->host) && need_threads <= 1);
   if (rc != UL_OK) {
     items_free(group_items, n, 0); /* the tasks' items are shallow copies */
     for (int k = 0; k < nb; k++) free(tasks[k].items);
@@ -676,14 +717,9 @@ UL_API ul_result_t ul_group_end(void) {
     return rc;
   }
   for (int k = 0; k < nb; k++) {
-    tasks[k].ticket = take_ticket(comms[k]);
+    tasks[k].ticket = take_ticket(comms[k], 0);
     tasks[k].bs = bstream_of(streams[k]);
   }
-  /* Several communicators driven by this one thread must progress together (one
-   * process driving several ranks): run NULL-stream batches on helper threads. */
-  int need_threads = 0;
-  for (int k = 0; k < nb; k++)
-    if (!(streams[k] && streams[k]->host)) need_threads++;
   for (int k = 0; k < nb; k++) {
     ul_result_t r;
     if (streams[k] && streams[k]->host) r = submit_batch(&tasks[k], streams[k]);
@@ -756,7 +792,15 @@ static ul_result_t submit_coll_on(ul_comm_t comm, const ul__coll_args_t *a, ul_s
     }
     return rc;
   }
-  coll_task_t t = {comm, own, take_ticket(comm), bstream_of(stream)};
+  int here = !(stream && stream->host);
+  ul_result_t grc = owner_guard(comm, here);
+  if (grc != UL_OK) {
+    free(own.vblock);
+    return grc;
+  }
+  coll_task_t t = {comm, own, 0, bstream_of(stream), here && ul__owner_enter(comm)};
+  t.ticket = take_ticket(comm, t.fast);
+  if (t.fast) ul__owner_crit_end(comm);
   if (stream && stream->host) {
     ul_result_t rc = ul__host_stream_enqueue(stream->host, coll_task_fn, &t, sizeof t);
     if (rc != UL_OK) {

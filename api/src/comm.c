@@ -621,6 +621,12 @@ UL_API ul_result_t ul_comm_destroy(ul_comm_t comm) {
   return UL_OK;
 }
 
+/* A thread is inside a call on comm. */
+static int comm_busy(ul_comm_t comm) {
+  return __atomic_load_n(&comm->in_flight, __ATOMIC_SEQ_CST) > 0 ||
+         __atomic_load_n(&comm->owner_busy, __ATOMIC_ACQUIRE);
+}
+
 UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   /* Idempotent: a second (racing) abort raises the flag and leaves the teardown to the
    * first; once that has freed the handle it is not live (UL_ERR_INVALID_ARG). */
@@ -635,11 +641,12 @@ UL_API ul_result_t ul_comm_abort(ul_comm_t comm) {
   }
   comm->backend->ops.comm_abort(comm->bcomm);
   /* Threads blocked in this comm see the flag within one wait slice; let them leave
-   * before freeing (bounded: never wait for peers). */
+   * before freeing (bounded: never wait for peers). The owner's calls count in
+   * owner_busy, not in_flight, and it must see that it owns comm no more. */
+  ul__owner_release(comm);
   struct timespec ts = {0, 1000000};
-  for (int i = 0; i < 2000 && __atomic_load_n(&comm->in_flight, __ATOMIC_SEQ_CST) > 0; i++)
-    nanosleep(&ts, NULL);
-  if (__atomic_load_n(&comm->in_flight, __ATOMIC_SEQ_CST) > 0) {
+  for (int i = 0; i < 2000 && comm_busy(comm); i++) nanosleep(&ts, NULL);
+  if (comm_busy(comm)) {
     /* A thread is still inside the backend: leak rather than free under it. */
     UL_WARN("INIT", "ul_comm_abort: a thread is still inside a call; communicator leaked");
     comm->sticky = UL_ERR_ABORTED;

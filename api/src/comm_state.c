@@ -157,6 +157,9 @@ UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
     return ul__comm_set_error(comm, UL_ERR_INVALID_ARG,
                               "ul_comm_last_call: info is NULL or its struct_size is too small");
   size_t sz = info->struct_size < sizeof(ul_call_info_t) ? info->struct_size : sizeof(ul_call_info_t);
+  /* the owner publishes the record without the lock until another thread reads it */
+  if (ul__owner_sync(comm) != UL_OK)
+    return ul__comm_set_error(comm, UL_ERR_TIMEOUT, UL__OWNER_STUCK, comm->config.timeout_ms);
   ul__comm_lock(comm);
   if (comm->calls[comm->last_call].sequence == 0) {
     ul__comm_unlock(comm);
@@ -174,7 +177,11 @@ UL_API ul_result_t ul_comm_last_call(ul_comm_t comm, ul_call_info_t *info) {
 
 ul_call_info_t *ul__comm_call_record(ul_comm_t comm) { return &comm->calls[comm->last_call ^ 1]; }
 
-void ul__comm_record_call(ul_comm_t comm) {
+void ul__comm_record_call(ul_comm_t comm, int fast) {
+  if (fast) { /* the owner's call: a reader on another thread revokes it first */
+    comm->last_call ^= 1;
+    return;
+  }
   ul__comm_lock(comm);
   comm->last_call ^= 1;
   ul__comm_unlock(comm);

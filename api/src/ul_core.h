@@ -2,6 +2,7 @@
 #ifndef UL_CORE_H
 #define UL_CORE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -216,6 +217,12 @@ struct ul_comm {
   uint64_t issue_ticket;
   uint64_t exec_ticket;
   void *turn; /* ul__turn_t* (coll.c) */
+  /* comm_owner.c: UL__OWNER_NONE, UL__OWNER_SHARED or the owning thread (pthread_self).
+   * owner_busy: the owner is in a call it began as owner (in_flight's part for it).
+   * owner_crit: the owner is taking or ending its turn with plain stores. */
+  uintptr_t owner;
+  int owner_busy;
+  int owner_crit;
   struct ul_window *windows; /* live windows, freed with the communicator */
   char options[28];          /* backend options ("dgx-h100" of "sim:dgx-h100"), for split */
   char selection[96];        /* how the backend was chosen (auto, named), for last_call */
@@ -272,6 +279,53 @@ UL__HIDDEN bool ul__comm_valid(ul_comm_t comm); /* live and initialized: usable 
  * UL_ERR_INVALID_USAGE while a nonblocking init runs, its error once it failed, else
  * UL_ERR_INVALID_ARG. */
 UL__HIDDEN ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn);
+/* The owner fast path (comm_owner.c, decision 0017). */
+#define UL__OWNER_NONE ((uintptr_t)0)
+#define UL__OWNER_SHARED ((uintptr_t)1)
+/* Before this thread takes comm's turn (here = 1) or hands it to another thread
+ * (here = 0): claim an unowned comm, or revoke another thread's ownership. A revocation
+ * waits while the owner takes or ends a turn with plain stores (a few instructions),
+ * never for its whole call. UL_OK, or UL_ERR_TIMEOUT (no sentence: UL__OWNER_STUCK)
+ * past the communicator's timeout. Same for ul__owner_sync. */
+UL__HIDDEN ul_result_t ul__owner_guard(ul_comm_t comm, int here);
+/* The sentence of that timeout (set by the caller, with the communicator's timeout). */
+#define UL__OWNER_STUCK                                                                          \
+  "the thread that drove this communicator stopped while taking or ending its turn (%d ms); "   \
+  "another thread cannot use it"
+
+/* Before reading what the owner publishes without the lock (the call record) from any
+ * thread: revoke another thread's ownership (it publishes under the lock from then on). */
+UL__HIDDEN ul_result_t ul__owner_sync(ul_comm_t comm);
+/* Revoke any ownership without waiting (an abort waits for owner_busy itself). */
+UL__HIDDEN void ul__owner_release(ul_comm_t comm);
+/* The owner begins a call it may run with plain stores: 1 if so (then it takes its
+ * ticket, ul__owner_crit_end, and at the end ul__owner_crit_begin again), 0 if comm is
+ * not, or no longer, this thread's. The compiler fence keeps each store before the load
+ * after it; a revoking thread's membarrier orders them in the machine. */
+static inline int ul__owner_enter(ul_comm_t comm) {
+  uintptr_t me = (uintptr_t)pthread_self();
+  if (__atomic_load_n(&comm->owner, __ATOMIC_RELAXED) != me) return 0;
+  __atomic_store_n(&comm->owner_busy, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&comm->owner_crit, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&comm->owner, __ATOMIC_RELAXED) == me) return 1;
+  __atomic_store_n(&comm->owner_crit, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->owner_busy, 0, __ATOMIC_RELEASE);
+  return 0;
+}
+/* The owner, about to end its turn: 1 while it still owns comm (plain stores), 0 once
+ * another thread has revoked it (the locked way, which wakes a waiting thread). */
+static inline int ul__owner_crit_begin(ul_comm_t comm) {
+  __atomic_store_n(&comm->owner_crit, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  return __atomic_load_n(&comm->owner, __ATOMIC_RELAXED) == (uintptr_t)pthread_self();
+}
+static inline void ul__owner_crit_end(ul_comm_t comm) {
+  __atomic_store_n(&comm->owner_crit, 0, __ATOMIC_RELEASE);
+}
+static inline void ul__owner_leave(ul_comm_t comm) {
+  __atomic_store_n(&comm->owner_busy, 0, __ATOMIC_RELEASE);
+}
 /* in_flight += 1 unless a teardown claimed (or freed) comm; false: refuse the call */
 UL__HIDDEN bool ul__comm_enter(ul_comm_t comm);
 UL__HIDDEN bool ul__comm_alive(ul_comm_t comm); /* ours and not freed (maybe initializing) */
@@ -284,7 +338,8 @@ UL__HIDDEN int ul__comm_live_claim(ul_comm_t c, int raise_abort);
 UL__HIDDEN void ul__comm_lock(ul_comm_t c); /* guards last_error, last_call, streams */
 UL__HIDDEN void ul__comm_unlock(ul_comm_t c);
 UL__HIDDEN ul_call_info_t *ul__comm_call_record(ul_comm_t comm); /* the turn holder's */
-UL__HIDDEN void ul__comm_record_call(ul_comm_t comm); /* publish it as the last call */
+/* Publish it as the last call; fast: the owner's call (comm_owner.c), without the lock. */
+UL__HIDDEN void ul__comm_record_call(ul_comm_t comm, int fast);
 /* an error that fails the communicator (sticky), not just the call */
 UL__HIDDEN int ul__fatal_error(ul_result_t rc);
 /* flight.c */
