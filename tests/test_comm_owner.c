@@ -11,13 +11,17 @@
 #include "reliability_util.h"
 #include "ul_core.h"
 
-static ul_comm_t solo(void) {
-  ul_unique_id_t id = host_id();
+/* Rank `rank` of an n-rank host communicator (called on the thread that will own it). */
+static ul_result_t host_init(ul_comm_t *c, int n, ul_unique_id_t id, int rank) {
   ul_config_t cfg = UL_CONFIG_INIT;
   cfg.backend = "host";
   cfg.timeout_ms = LONG_MS;
+  return ul_comm_init_rank(c, &cfg, n, id, rank);
+}
+
+static ul_comm_t solo(void) {
   ul_comm_t c = NULL;
-  cr_assert_eq(ul_comm_init_rank(&c, &cfg, 1, id, 0), UL_OK, "%s", ul_last_error());
+  cr_assert_eq(host_init(&c, 1, host_id(), 0), UL_OK, "%s", ul_last_error());
   return c;
 }
 
@@ -103,7 +107,8 @@ typedef struct pair {
   ul_unique_id_t id;
   int rank;
   ul_comm_t c;
-  volatile int *ready;
+  volatile int *ready; /* counts ranks past their first call (abort test: past init) */
+  volatile int inside; /* abort test: rank 0 is about to wait */
   double done_ms;
   uint64_t first_seq;
   int32_t out;
@@ -112,10 +117,7 @@ typedef struct pair {
 
 static void *pair_main(void *p) {
   pair_t *t = p;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.backend = "host";
-  cfg.timeout_ms = LONG_MS;
-  t->rc = ul_comm_init_rank(&t->c, &cfg, 2, t->id, t->rank);
+  t->rc = host_init(&t->c, 2, t->id, t->rank);
   if (t->rc != UL_OK) return NULL;
   int32_t v = t->rank + 1;
   t->rc = ul_allreduce(&v, &t->out, 1, UL_INT32, UL_SUM, t->c, NULL); /* the owner's first */
@@ -129,14 +131,26 @@ static void *pair_main(void *p) {
   return NULL;
 }
 
+static void pair_fill(pair_t t[2], volatile int *ready) {
+  ul_unique_id_t id = host_id();
+  memset(t, 0, 2 * sizeof *t);
+  for (int r = 0; r < 2; r++) t[r].id = id, t[r].rank = r, t[r].ready = ready;
+}
+
+/* Both ranks on threads; returns once rank 0's owner waits inside its second allreduce
+ * (rank 1 joins it 300 ms after its first). */
+static void pair_start(pair_t t[2], pthread_t th[2], volatile int *ready) {
+  pair_fill(t, ready);
+  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, pair_main, &t[r]), 0);
+  while (__atomic_load_n(ready, __ATOMIC_ACQUIRE) < 2) sleep_ms(1);
+  sleep_ms(100);
+}
+
 Test(owner, reader_never_waits_for_the_owners_call, .timeout = 60) {
   volatile int ready = 0;
-  ul_unique_id_t id = host_id();
-  pair_t t[2] = {{id, 0, NULL, &ready, 0, 0, 0, UL_OK}, {id, 1, NULL, &ready, 0, 0, 0, UL_OK}};
+  pair_t t[2];
   pthread_t th[2];
-  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, pair_main, &t[r]), 0);
-  while (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) < 2) sleep_ms(1);
-  sleep_ms(100); /* rank 0's owner is now inside its second allreduce */
+  pair_start(t, th, &ready);
   ul_call_info_t info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -164,12 +178,9 @@ Test(owner, reader_never_waits_for_the_owners_call, .timeout = 60) {
  * owner's: the owner, revoked, ends its turn the locked way and wakes the worker. */
 Test(owner, enqueue_while_the_owner_waits, .timeout = 60) {
   volatile int ready = 0;
-  ul_unique_id_t id = host_id();
-  pair_t t[2] = {{id, 0, NULL, &ready, 0, 0, 0, UL_OK}, {id, 1, NULL, &ready, 0, 0, 0, UL_OK}};
+  pair_t t[2];
   pthread_t th[2];
-  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, pair_main, &t[r]), 0);
-  while (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) < 2) sleep_ms(1);
-  sleep_ms(100);
+  pair_start(t, th, &ready);
   ul_stream_t s[2] = {NULL, NULL};
   static int32_t q[2];
   for (int r = 0; r < 2; r++) {
@@ -216,23 +227,10 @@ Test(owner, stream_call_makes_the_communicator_shared, .timeout = 30) {
  * never joins: the owner leaves with UL_ERR_ABORTED at once, and the abort frees the
  * communicator only after it has left (owner_busy; ASan sees a use after free
  * otherwise). */
-typedef struct stuck {
-  ul_unique_id_t id;
-  int rank;
-  ul_comm_t c;
-  volatile int *inited;
-  volatile int inside;
-  double done_ms;
-  ul_result_t rc;
-} stuck_t;
-
 static void *stuck_main(void *p) {
-  stuck_t *t = p;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.backend = "host";
-  cfg.timeout_ms = LONG_MS;
-  t->rc = ul_comm_init_rank(&t->c, &cfg, 2, t->id, t->rank);
-  __atomic_add_fetch(t->inited, 1, __ATOMIC_ACQ_REL);
+  pair_t *t = p;
+  t->rc = host_init(&t->c, 2, t->id, t->rank);
+  __atomic_add_fetch(t->ready, 1, __ATOMIC_ACQ_REL);
   if (t->rc != UL_OK || t->rank == 1) return NULL;
   int32_t v = 1, out = 0;
   t->rc = ul_allreduce(&v, &out, 1, UL_INT32, UL_SUM, t->c, NULL); /* rank 1 joins this one */
@@ -245,8 +243,8 @@ static void *stuck_main(void *p) {
 
 Test(owner, abort_from_another_thread_waits_for_the_owner, .timeout = 30) {
   volatile int inited = 0;
-  ul_unique_id_t id = host_id();
-  stuck_t t[2] = {{id, 0, NULL, &inited, 0, 0, UL_OK}, {id, 1, NULL, &inited, 0, 0, UL_OK}};
+  pair_t t[2];
+  pair_fill(t, &inited);
   pthread_t th0;
   cr_assert_eq(pthread_create(&th0, NULL, stuck_main, &t[0]), 0);
   stuck_main(&t[1]);
