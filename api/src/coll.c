@@ -419,8 +419,6 @@ static ul_call_info_t *call_info_init(ul_comm_t c, uint64_t seq, ul_coll_t coll)
  * fatal error sticky. */
 static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info, int fast) {
   ul__flight_end(c, rc, info);
-  /* An owner revoked during the call publishes and ends the turn the locked way. */
-  int plain = fast && ul__owner_crit_begin(c);
   if (rc == UL_ERR_TIMEOUT) {
     /* Say what this rank did last: a peer's file or sentence shows where it stopped. */
     char recent[256], why[sizeof c->last_error];
@@ -432,12 +430,12 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
     ul__comm_set_error(c, rc, "%s; recent here: %s", head ? head + 3 : why, recent);
     ul__flight_dump(c);
   }
-  if (rc == UL_OK) {
-    c->backend->ops.annotate_call(c->bcomm, info); /* stub returns UNSUPPORTED: ignore */
-    ul__comm_record_call(c, plain);
-  } else if (ul__fatal_error(rc)) {
-    c->sticky = rc;
-  }
+  if (rc == UL_OK) c->backend->ops.annotate_call(c->bcomm, info); /* a stub: UNSUPPORTED */
+  else if (ul__fatal_error(rc)) c->sticky = rc;
+  /* An owner revoked during the call publishes and ends the turn the locked way. A
+   * revoking thread waits while owner_crit is set: only these few stores. */
+  int plain = fast && ul__owner_crit_begin(c);
+  if (rc == UL_OK) ul__comm_record_call(c, plain);
   end_turn(c, plain);
   if (fast) ul__owner_crit_end(c);
   return rc;

@@ -353,9 +353,9 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
                         UL__SIG_LB(g, root), a->recvbuf, cb));
     /* every line before `last` is finished: the broadcasts after this one start at last
      * or later */
-    while ((s->credits + 1) * UL__LB_CREDIT <= last) {
+    while ((s->credits_returned + 1) * UL__LB_CREDIT <= last) {
       UL_CHECK(x->o->signal(BC(x), g->win, root, UL__SIG_LB_CREDIT(g, me), x->bs));
-      s->credits++;
+      s->credits_returned++;
     }
     return UL_OK;
   }
@@ -364,12 +364,12 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
    * UL__LB_CREDIT credits, rounded up. */
   uint64_t need = last < UL__LB_RING ? 0
                                      : (last - UL__LB_RING + UL__LB_CREDIT) / UL__LB_CREDIT;
-  if (need > s->credits) {
+  if (need > s->credits_known) {
     for (int i = 1; i < n; i++) {
       int p = (me + i) % n;
       UL_CHECK(ul__gwait(g, UL__SIG_LB_CREDIT(g, p), need, p, x->bs));
     }
-    s->credits = need;
+    s->credits_known = need;
   } else if (n > 1) {
     /* We write into peers' scratch: first make sure none has aborted (as ul__line_small). */
     UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, (me + 1) % n, x->bs));

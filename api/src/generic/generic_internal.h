@@ -52,8 +52,9 @@ typedef struct ul__lb_state {
   uint64_t count;   /* broadcasts made so far: the next one is flagged count + 1 */
   uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
   size_t off;       /* cursor: payload bytes of that line already used */
-  uint64_t credits; /* root: credits every reader is known to have returned; reader:
-                       credits it has returned */
+  /* A rank is root or reader of a given root's broadcasts, never both: */
+  uint64_t credits_known;    /* root: credits every reader is known to have returned */
+  uint64_t credits_returned; /* reader: credits it has returned to the root */
 } ul__lb_state_t;
 
 typedef struct ul__mailbox {
