@@ -129,16 +129,21 @@ static void bench_setup(bench_thread_t *T, size_t bytes, ul_dtype_t dt, ul_op_t 
   }
 }
 
-/* algbw/busbw of one side: nccl-tests' *GetBw; alltoallv's bytes are the busiest rank's
- * (the size column), as src/alltoallv.cu */
-static void bench_side_bw(const bench_run_t *r, const bench_call_t *c, double us, bench_side_t *S) {
+/* One side's time and its algbw/busbw (nccl-tests' *GetBw; alltoallv's bytes are the
+ * busiest rank's, the size column, as src/alltoallv.cu), each kept as the JSON writes
+ * it so that the table and the JSON show one number. */
+static void bench_side_time(const bench_run_t *r, const bench_call_t *c, double us,
+                            bench_side_t *S) {
+  S->time_us = bench_json_value(us);
   if (c->op != BENCH_ALLTOALLV) {
     bench_bw(c->op, c->counts.paramcount, c->es, us * 1e-6, r->nranks, &S->algbw, &S->busbw);
-    return;
+  } else {
+    double bytes = (double)bench_row_bytes(&c->counts, c->es);
+    S->algbw = us > 0 ? bytes / 1.0e9 / (us * 1e-6) : 0.0;
+    S->busbw = S->algbw * bench_bw_factor(c->op, r->nranks);
   }
-  double bytes = (double)bench_row_bytes(&c->counts, c->es);
-  S->algbw = us > 0 ? bytes / 1.0e9 / (us * 1e-6) : 0.0;
-  S->busbw = S->algbw * bench_bw_factor(c->op, r->nranks);
+  S->algbw = bench_json_value(S->algbw);
+  S->busbw = bench_json_value(S->busbw);
 }
 
 static double bench_reduce_time(const bench_run_t *r, const double *all, int k, int j) {
@@ -268,10 +273,9 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
   if (bench_exchange(r, T->t, T->mine, k, T->all)) return -1;
   if (report) {
     S->valid = 1;
-    S->time_us = bench_reduce_time(r, T->all, k, 0);
+    bench_side_time(r, &T->calls[0], bench_reduce_time(r, T->all, k, 0), S);
     S->measured_us = bench_reduce_time(r, T->all, k, 1);
     S->modeled_us = r->modeled ? bench_reduce_time(r, T->all, k, 2) : 0.0;
-    bench_side_bw(r, &T->calls[0], S->time_us, S);
     if (per_iter) {
       /* per iteration, the slowest rank (as nccl-tests: max over processes) */
       S->iter_us = calloc((size_t)iters, sizeof(double));
@@ -298,8 +302,7 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
         S->have_stats = bench_stats(S->iter_us + skip, iters - skip, &S->stats) == 0;
         if (sync && S->have_stats) {
           /* each call's time is its slowest rank's; the median resists preemption */
-          S->time_us = S->stats.median;
-          bench_side_bw(r, &T->calls[0], S->time_us, S);
+          bench_side_time(r, &T->calls[0], S->stats.median, S);
         }
       }
     }

@@ -386,6 +386,13 @@ double bench_gen_reduced(const bench_gen_t *g, size_t idx) {
   return acc;
 }
 
+double bench_json_value(double v) {
+  char buf[512];
+  if (v != v) return v;
+  snprintf(buf, sizeof buf, "%.6f", v);
+  return strtod(buf, NULL);
+}
+
 int bench_json_escape(const char *in, char *out, size_t outsz) {
   if (!out || outsz == 0) return -1;
   size_t o = 0;

@@ -157,6 +157,11 @@ uint64_t bench_mix64(uint64_t x);
  *  control characters become \\u00XX). @return 0, or -1 if truncated. */
 int bench_json_escape(const char *in, char *out, size_t outsz);
 
+/** @p v as the JSON holds it: nccl-tests writes doubles with "%lf" (6 decimals), so the
+ *  table prints this value too and anything rendered from the JSON rounds the same
+ *  number. */
+double bench_json_value(double v);
+
 #ifdef __cplusplus
 }
 #endif

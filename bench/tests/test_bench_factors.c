@@ -6,6 +6,8 @@
 #include <sched.h>
 #include <unistd.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_membw.h"
@@ -227,6 +229,20 @@ Test(bench_json, escape, .timeout = 10) {
   cr_expect_eq(bench_json_escape("\x01", out, sizeof out), 0);
   cr_expect_str_eq(out, "\\u0001");
   cr_expect_eq(bench_json_escape("abcdef", out, 4), -1);
+}
+
+/* The table prints the value the JSON holds: a time of 2.5250000001 us shows as 2.52
+ * in both, not 2.53 in the table and 2.52 in a report read from "2.525000". */
+Test(bench_json, table_value_is_the_json_value, .timeout = 10) {
+  char table[32], json[32], from_json[32];
+  double v = bench_json_value(2.5250000001);
+  snprintf(json, sizeof json, "%.6f", v);
+  cr_expect_str_eq(json, "2.525000");
+  snprintf(table, sizeof table, "%.2f", v);
+  snprintf(from_json, sizeof from_json, "%.2f", strtod(json, NULL));
+  cr_expect_str_eq(table, from_json);
+  cr_expect(bench_json_value(NAN) != bench_json_value(NAN));
+  cr_expect_eq(bench_json_value(1234.5), 1234.5);
 }
 
 Test(bench_factors, roof_by_working_set, .timeout = 10) {
