@@ -109,8 +109,6 @@ typedef struct host_waiter {
   int nranks, self;
   const pid_t *pids;              /* process liveness (NULL in thread mode) */
   const int *pidfds;              /* -1 where unavailable */
-  int reached_suffices;           /* a value reached counts even if a peer aborted since:
-                                   * barriers, where arriving is all a peer contributes */
 } host_waiter_t;
 
 /* Why a wait failed. */
@@ -200,9 +198,11 @@ const char *host_errstr(int err, char *buf, size_t len);
 
 /* ---- host_wait.c ---- */
 /* Wait until slot->value >= target. UL_OK, UL_ERR_TIMEOUT, UL_ERR_ABORTED or
- * UL_ERR_PEER_LOST (fail says who); sets no error sentence. */
+ * UL_ERR_PEER_LOST (fail says who); sets no error sentence. staged: the peers staged
+ * data behind the value, so a peer's abort fails the wait even once the value is
+ * reached; 0 for barriers, where arriving is all a peer contributes. */
 ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
-                          host_wait_fail_t *fail);
+                          int staged, host_wait_fail_t *fail);
 /* Add to slot->value (release) and wake sleepers. Returns the previous value. */
 uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared);
 void host_slot_wake(host_slot_t *slot, int shared);

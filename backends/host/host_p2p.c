@@ -69,7 +69,7 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
   host_waiter_for_comm(c, &wt, 0);
   wt.shared = w->futex_shared;
   host_wait_fail_t fail;
-  ul_result_t rc = host_wait_geq(&wt, slot, value, &fail);
+  ul_result_t rc = host_wait_geq(&wt, slot, value, 1, &fail);
   if (rc == UL_OK) return UL_OK;
   char what[160];
   snprintf(what, sizeof what, "waiting for signal %d of its window to reach %llu (it is %llu)",

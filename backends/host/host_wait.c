@@ -117,7 +117,7 @@ static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *wha
 }
 
 ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
-                          host_wait_fail_t *fail) {
+                          int staged, host_wait_fail_t *fail) {
   fail->rank = -1;
   fail->pid = 0;
   fail->aborted = 0;
@@ -126,7 +126,7 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
    * ranks free it), so the communicator is broken even when the value is reached. A
    * barrier is the exception: it stages nothing, and a peer that arrived and then aborted
    * (say, right after its init returned) must not fail the others' init. */
-  if (w->ctrl && !w->reached_suffices)
+  if (w->ctrl && staged)
     for (int p = 0; p < w->nranks; p++)
       if (p != w->self && atomic_load_explicit(&w->ctrl->ranks[p].aborted, memory_order_acquire)) {
         fail->rank = p;
@@ -152,7 +152,6 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
 }
 
 void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word) {
-  w->reached_suffices = 0;
   w->abort_flag = c->abort_flag;
   w->dead = &c->dead;
   w->timeout_ms = c->timeout_ms;
@@ -202,9 +201,8 @@ ul_result_t host_comm_barrier(ul_backend_comm_t *c, const char *what) {
   host_slot_add(&c->ctrl->barrier, 1, c->ctrl_shared);
   host_waiter_t w;
   host_waiter_for_comm(c, &w, 1);
-  w.reached_suffices = 1;
   host_wait_fail_t fail;
-  ul_result_t rc = host_wait_geq(&w, &c->ctrl->barrier, target, &fail);
+  ul_result_t rc = host_wait_geq(&w, &c->ctrl->barrier, target, 0, &fail);
   if (rc == UL_OK) return UL_OK;
   char buf[160];
   snprintf(buf, sizeof buf, "in the barrier of %s", what);
