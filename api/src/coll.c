@@ -95,6 +95,16 @@ static void end_turn(ul_comm_t c, int fast) {
   pthread_mutex_unlock(&t->mu);
 }
 
+/* End the turn of a call, publishing its record first when it ran (publish). The
+ * owner's call (fast) does both with plain stores unless it was revoked meanwhile; a
+ * revoking thread waits while owner_crit is set, which covers only these few stores. */
+static void end_call_turn(ul_comm_t c, int fast, int publish) {
+  int plain = fast && ul__owner_crit_begin(c);
+  if (publish) ul__comm_record_call(c, plain);
+  end_turn(c, plain);
+  if (fast) ul__owner_crit_end(c);
+}
+
 /* ul__owner_guard with its sentence. */
 static ul_result_t owner_guard(ul_comm_t c, int here) {
   ul_result_t rc = ul__owner_guard(c, here);
@@ -432,12 +442,7 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
   }
   if (rc == UL_OK) c->backend->ops.annotate_call(c->bcomm, info); /* a stub: UNSUPPORTED */
   else if (ul__fatal_error(rc)) c->sticky = rc;
-  /* An owner revoked during the call publishes and ends the turn the locked way. A
-   * revoking thread waits while owner_crit is set: only these few stores. */
-  int plain = fast && ul__owner_crit_begin(c);
-  if (rc == UL_OK) ul__comm_record_call(c, plain);
-  end_turn(c, plain);
-  if (fast) ul__owner_crit_end(c);
+  end_call_turn(c, fast, rc == UL_OK);
   return rc;
 }
 
@@ -463,12 +468,7 @@ static ul_result_t execute_coll(coll_task_t *t) {
     ul__comm_set_error(c, rc, "%s #%llu refused: the communicator is in error state (%s); abort "
                        "or destroy it", ul_coll_name(t->args.coll), (unsigned long long)seq,
                        ul_result_name(rc));
-    if (t->fast) {
-      end_turn(c, ul__owner_crit_begin(c));
-      ul__owner_crit_end(c);
-    } else {
-      end_turn(c, 0);
-    }
+    end_call_turn(c, t->fast, 0);
     return rc;
   }
   ul__flight_begin(c, seq, t->args.coll, info->bytes);

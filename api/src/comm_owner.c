@@ -26,12 +26,6 @@ static pthread_mutex_t membarrier_lock = PTHREAD_MUTEX_INITIALIZER;
 static pid_t membarrier_pid; /* the process that registered: a fork must register again */
 static int membarrier_ok;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static long membarrier_call(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 
 /* Whether this process may use MEMBARRIER_CMD_PRIVATE_EXPEDITED (registered once). */
@@ -65,16 +59,16 @@ static ul_result_t owner_revoke(ul_comm_t c, uintptr_t o, int wait) {
     UL_WARN("INIT", "membarrier failed (errno %d) revoking a communicator's owner", errno);
   if (!wait) return UL_OK;
   const struct timespec nap = {0, 20000}; /* the owner was preempted there: rare */
-  double t0 = now_ms();
+  double t0 = ul__now_ms();
   while (__atomic_load_n(&c->owner_crit, __ATOMIC_ACQUIRE)) {
     int timeout = c->config.timeout_ms;
-    if (timeout > 0 && now_ms() - t0 > timeout) return UL_ERR_TIMEOUT; /* UL__OWNER_STUCK */
+    if (timeout > 0 && ul__now_ms() - t0 > timeout) return UL_ERR_TIMEOUT; /* UL__OWNER_STUCK */
     nanosleep(&nap, NULL);
   }
   return UL_OK;
 }
 
-ul_result_t ul__owner_guard(ul_comm_t c, int here) {
+ul_result_t ul__owner_guard_slow(ul_comm_t c, int here) {
   uintptr_t me = (uintptr_t)pthread_self();
   for (;;) {
     uintptr_t o = __atomic_load_n(&c->owner, __ATOMIC_ACQUIRE);

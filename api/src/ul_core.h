@@ -8,10 +8,19 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <unilink/backend.h>
 #include <unilink/unilink.h>
 
 #define UL__HIDDEN __attribute__((visibility("hidden")))
+
+/* CLOCK_MONOTONIC in milliseconds: the core's and the built-in backends' timeouts.
+ * (Plugins, which do not see this header, have ulbu_now_ms in backends/util/wait.h.) */
+static inline double ul__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* Bounded string copy that always terminates: snprintf("%s") costs a formatter run, and
  * the per-call bookkeeping of a collective copies a few names on every call. */
@@ -287,7 +296,13 @@ UL__HIDDEN ul_result_t ul__comm_invalid(ul_comm_t comm, const char *fn);
  * waits while the owner takes or ends a turn with plain stores (a few instructions),
  * never for its whole call. UL_OK, or UL_ERR_TIMEOUT (no sentence: UL__OWNER_STUCK)
  * past the communicator's timeout. Same for ul__owner_sync. */
-UL__HIDDEN ul_result_t ul__owner_guard(ul_comm_t comm, int here);
+UL__HIDDEN ul_result_t ul__owner_guard_slow(ul_comm_t comm, int here);
+static inline ul_result_t ul__owner_guard(ul_comm_t comm, int here) {
+  /* every call of an owned or shared communicator: no function call for those */
+  uintptr_t o = __atomic_load_n(&comm->owner, __ATOMIC_ACQUIRE);
+  if (o == UL__OWNER_SHARED || (here && o == (uintptr_t)pthread_self())) return UL_OK;
+  return ul__owner_guard_slow(comm, here);
+}
 /* The sentence of that timeout (set by the caller, with the communicator's timeout). */
 #define UL__OWNER_STUCK                                                                          \
   "the thread that drove this communicator stopped while taking or ending its turn (%d ms); "   \

@@ -112,16 +112,10 @@ ul_result_t host_get_unique_id(unsigned char *payload, size_t payload_bytes) {
   return UL_OK;
 }
 
-static uint64_t host_comm_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Remaining ms before deadline (0 deadline = forever -> 0); -1 when expired. */
 static int host_comm_remaining(uint64_t deadline) {
   if (!deadline) return 0;
-  uint64_t now = host_comm_now_ms();
+  uint64_t now = (uint64_t)ul__now_ms();
   if (now >= deadline) return -1;
   return (int)(deadline - now);
 }
@@ -472,7 +466,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
   host_comm_hex(id + HOST_ID_OFF_TAG, HOST_TAG_BYTES, c->tag_hex);
   char name[HOST_NAME_MAX_LEN];
   snprintf(name, sizeof name, "/%s%s", HOST_SHM_PREFIX, c->tag_hex);
-  uint64_t deadline = c->timeout_ms ? host_comm_now_ms() + (uint64_t)c->timeout_ms : 0;
+  uint64_t deadline = c->timeout_ms ? (uint64_t)ul__now_ms() + (uint64_t)c->timeout_ms : 0;
 
   host_attach_t *att = NULL;
   ul_result_t rc = host_comm_open_ctrl(args, name, id + HOST_ID_OFF_TOKEN, deadline, &att);
@@ -526,7 +520,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
     int rem = host_comm_remaining(deadline);
     w.timeout_ms = rem < 0 ? 1 : rem;
     host_wait_fail_t fail;
-    rc = host_wait_geq(&w, &m->arrived, (uint64_t)c->nranks, &fail);
+    rc = host_wait_geq(&w, &m->arrived, (uint64_t)c->nranks, 1, &fail);
     if (rc != UL_OK && host_comm_give_up(m, c->nranks)) rc = UL_OK;
     if (rc == UL_OK && (atomic_load(&m->arrived.value) & HOST_ARRIVE_FAILED)) {
       rc = ul_backend_set_error(h, UL_ERR_TIMEOUT,

@@ -19,12 +19,6 @@
 
 #include "host.h"
 
-static uint64_t recover_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
 static void recover_nap(void) {
   struct timespec ts = {0, 200000}; /* shrink is rare: 0.2 ms polls cost nothing */
   nanosleep(&ts, NULL);
@@ -92,7 +86,7 @@ ul_result_t host_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t 
   host_ctrl_t *m = c->ctrl;
   uint32_t k = ++c->shrinks;
   atomic_store_explicit(&m->ranks[c->rank].shrink_epoch, k, memory_order_release);
-  uint64_t t0 = recover_now_ms();
+  double t0 = ul__now_ms();
   int timeout = args->timeout_ms;
   for (;;) {
     if (atomic_load_explicit(&m->shrink_decided, memory_order_acquire) >= k) break;
@@ -113,7 +107,7 @@ ul_result_t host_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t 
       UL_CHECK(recover_decide(c, k));
       break;
     }
-    if (timeout > 0 && recover_now_ms() - t0 >= (uint64_t)timeout) {
+    if (timeout > 0 && ul__now_ms() - t0 >= timeout) {
       char who[256];
       recover_pending_text(c, k, who, sizeof who);
       return ul_backend_set_error(args->comm, UL_ERR_TIMEOUT,
@@ -137,8 +131,8 @@ ul_result_t host_comm_shrink(ul_backend_comm_t *c, const ul_backend_comm_args_t 
   a.nranks = m->shrink_new_nranks;
   a.id_payload = id;
   a.id_payload_bytes = sizeof id;
-  uint64_t spent = recover_now_ms() - t0;
-  if (timeout > 0) a.timeout_ms = spent >= (uint64_t)timeout ? 1 : timeout - (int)spent;
+  double spent = ul__now_ms() - t0;
+  if (timeout > 0) a.timeout_ms = spent >= timeout ? 1 : timeout - (int)spent;
   UL_CHECK(host_comm_init(&a, out, props));
   *new_rank = a.rank;
   *new_nranks = a.nranks;
