@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <unilink/backend.h>
 
 #include "bench.h"
 
@@ -38,24 +40,47 @@ void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...) {
     va_end(ap);
   }
   /* wake every thread waiting in bench_barrier: the run is over */
-  r->bar_broken = 1;
+  __atomic_store_n(&r->bar_broken, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
 }
 
-/* A breakable barrier (pthread_barrier cannot be cancelled when a thread fails). */
+/* A breakable barrier (pthread_barrier cannot be cancelled when a thread fails). Thread
+ * ranks time each synchronized call from here, so the release must be as even as the
+ * process ranks' ul_barrier: waiters spin on the generation (one cache-line transfer
+ * after the last arrival) before they sleep. Sleeping at once put a futex wake, 1-2 us,
+ * between the last arriver's start and the others'. More threads than CPUs sleep at once:
+ * a spinner would hold the CPU the last arriver needs. */
+#define BENCH_BARRIER_SPIN 200000 /* pause loops, about 2-10 ms: then sleep */
+static int bench_barrier_spin(const bench_run_t *r) {
+  static long ncpu; /* every thread computes the same value */
+  long n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
+  if (!n) __atomic_store_n(&ncpu, n = sysconf(_SC_NPROCESSORS_ONLN), __ATOMIC_RELAXED);
+  return r->nthreads <= n ? BENCH_BARRIER_SPIN : 0;
+}
+
 static int bench_local_barrier(bench_run_t *r) {
-  pthread_mutex_lock(&r->mu);
-  if (r->bar_broken) { pthread_mutex_unlock(&r->mu); return -1; }
-  int gen = r->bar_gen;
-  if (++r->bar_count == r->nthreads) {
-    r->bar_count = 0;
-    r->bar_gen++;
+  if (__atomic_load_n(&r->bar_broken, __ATOMIC_ACQUIRE)) return -1;
+  /* sense reversal: nobody reaches the next barrier before the generation moves */
+  int gen = __atomic_load_n(&r->bar_gen, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&r->bar_count, 1, __ATOMIC_ACQ_REL) == r->nthreads) {
+    __atomic_store_n(&r->bar_count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->bar_gen, gen + 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&r->mu); /* a sleeper checks the generation under the lock */
     pthread_cond_broadcast(&r->cv);
-  } else {
-    while (gen == r->bar_gen && !r->bar_broken) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
   }
-  int broken = r->bar_broken;
+  int spin = bench_barrier_spin(r);
+  for (int i = 0; i < spin; i++) {
+    if (__atomic_load_n(&r->bar_gen, __ATOMIC_ACQUIRE) != gen) return 0;
+    if (__atomic_load_n(&r->bar_broken, __ATOMIC_ACQUIRE)) return -1;
+    ul_backend_cpu_pause();
+  }
+  pthread_mutex_lock(&r->mu);
+  while (gen == __atomic_load_n(&r->bar_gen, __ATOMIC_ACQUIRE) && !r->bar_broken)
+    pthread_cond_wait(&r->cv, &r->mu);
+  int broken = gen == r->bar_gen; /* released only by a failure */
   pthread_mutex_unlock(&r->mu);
   return broken ? -1 : 0;
 }
