@@ -13,8 +13,8 @@
 #    scratch beats the direct algorithm's single copies (decision 0014), both forced at
 #    256 KiB to 64 MiB. With r(s) = bounce time / direct time, bounce_from is the size L
 #    that minimises the sum of -log r(s) over s < L (single copies below L, bounce from L;
-#    the smallest size on a tie, i.e. bounce everywhere unless single copies pay). Only
-#    where ranks do not outnumber CPUs: oversubscribed ranks never bounce.
+#    the smallest size on a tie, i.e. bounce everywhere unless single copies pay). Also
+#    where ranks outnumber CPUs: without a measurement those never bounce.
 #
 # Both in nccl-tests' back-to-back method, in ROUNDS interleaved rounds (default 3).
 # Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t (THREADS,
@@ -60,7 +60,7 @@ for r in $(seq 1 "$ROUNDS"); do
           echo "calibrate-host.sh: $coll $place $n $algo failed, see $log" >&2
       done
       # 2. private buffers between processes: single copies against bounce
-      if [ "$place" = process ] && [ "$n" -le "$NCPU" ]; then
+      if [ "$place" = process ]; then
         for algo in direct bounce; do
           log="$LOGS/$coll-$place-$n-$algo-r$r.private"
           echo "+ $coll $place $n $algo malloc buffers round $r" >&2

@@ -255,25 +255,49 @@ Test(bounce, bare_algorithm_name_applies_to_every_collective, .timeout = 120) {
   fork_ranks_run("host", 2, rank_bare_name);
 }
 
-Test(bounce, tuning_file_keeps_single_copies_below_bounce_from, .timeout = 180) {
-  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
-  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+/* Run n ranks of fn with UNILINK_TUNING_FILE holding bounce_from 1 MiB for every
+ * collective at n ranks, and 0 at n + 1 (another rank count: ignored). */
+static void run_with_bounce_from_1mib(int n, int (*fn)(ul_unique_id_t, int, int)) {
   char path[] = "/tmp/ul_tuning_bounce_XXXXXX";
   int fd = mkstemp(path);
   cr_assert(fd >= 0);
-  static const char text[] = "# the five collectives, 2 process ranks: bounce from 1 MiB\n"
-                             "allreduce 2 process bounce_from 1048576\n"
-                             "reduce_scatter 2 process bounce_from 1048576\n"
-                             "allgather 2 process bounce_from 1048576\n"
-                             "broadcast 2 process bounce_from 1048576\n"
-                             "alltoall 2 process bounce_from 1048576\n"
-                             "alltoall 3 process bounce_from 0   # another rank count: ignored\n";
-  cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-  close(fd);
+  FILE *f = fdopen(fd, "w");
+  cr_assert(f);
+  fprintf(f, "# the five collectives, %d process ranks: bounce from 1 MiB\n", n);
+  static const char *colls[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                "alltoall"};
+  for (int i = 0; i < 5; i++) fprintf(f, "%s %d process bounce_from 1048576\n", colls[i], n);
+  fprintf(f, "alltoall %d process bounce_from 0   # another rank count: ignored\n", n + 1);
+  fclose(f);
   setenv("UNILINK_TUNING_FILE", path, 1);
-  fork_ranks_run("host", 2, rank_tuned_bounce_from);
+  fork_ranks_run("host", n, fn);
   unsetenv("UNILINK_TUNING_FILE");
   unlink(path);
+}
+
+Test(bounce, tuning_file_keeps_single_copies_below_bounce_from, .timeout = 180) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  run_with_bounce_from_1mib(2, rank_tuned_bounce_from);
+}
+
+/* Ranks outnumbering CPUs keep single copies at 1 MiB without a measurement. */
+static int rank_oversubscribed_untuned(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (comm_up(id, n, me, &c)) return 1;
+  int bad = all_colls(c, me, n, ((size_t)1 << 18) + 13, 0, "direct", "cma");
+  if (bad) return bad;
+  return comm_down(c, me);
+}
+
+/* ... and bounce where the tuning file measured that bouncing pays (decision 0014,
+ * amended in stop 34): 3 ranks, which outnumber the CPUs of a 2-CPU machine. */
+Test(bounce, oversubscribed_ranks_bounce_only_where_measured, .timeout = 300) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) > 2) cr_skip_test("3 ranks outnumber the CPUs of 1-2 CPU machines only");
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  unsetenv("UNILINK_TUNING_FILE");
+  fork_ranks_run("host", 3, rank_oversubscribed_untuned);
+  run_with_bounce_from_1mib(3, rank_tuned_bounce_from);
 }
 
 /* Large reductions out of place store straight into their outputs (allreduce: and into

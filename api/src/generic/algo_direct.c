@@ -104,14 +104,17 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
   x->zc = x->cma && x->g->zpeers == x->g->n - 1;
   /* Process ranks with private buffers: two copies through the shared cache beat one
    * cross-memory-attach copy (decision 0014). Reduce, gather and scatter have no bounce
-   * algorithm: one rank moves all the data, and a channel would serialise it. Ranks
-   * outnumbering cores keep single copies too: every piece would wait for a peer to be
-   * scheduled (4 ranks on 2 cores: allreduce 64 MiB 41.6 ms bounced, 30.6 ms single-copy).
-   * Below a size measured on the machine (UNILINK_TUNING_FILE) single copies stay: while
-   * the buffers fit in the cache one copy beats two (alltoall np2 1-4 MiB). */
-  int hand_over = bounce && !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
-                  !x->g->oversubscribed && !all_exported(x);
+   * algorithm: one rank moves all the data, and a channel would serialise it. Below a
+   * size measured on the machine (UNILINK_TUNING_FILE) single copies stay: while the
+   * buffers fit in the cache one copy beats two (alltoall np2 1-4 MiB). Ranks
+   * outnumbering cores bounce only where the machine measured it: every piece waits for
+   * a peer to be scheduled, which lost once (4 ranks on 2 cores, allreduce 64 MiB 41.6 ms
+   * bounced, 30.6 ms single-copy) and wins now (22-27 ms against 32-40, stop 34). */
   size_t from = x->g->bounce_from[x->a->coll];
+  int measured = from != UL__UNTUNED;
+  int hand_over = bounce && !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
+                  (measured || !x->g->oversubscribed) && !all_exported(x);
+  if (!measured) from = 0;
   x->single_below = hand_over && (sb > rb ? sb : rb) < from ? from : 0;
   x->bounce = hand_over && !x->single_below ? bounce : NULL;
   /* Pulled outputs (allgather, alltoall, broadcast, gather) as large as the allreduce's

@@ -104,8 +104,8 @@ typedef struct ul__generic {
    * UL__UNTUNED: the built-in limit */
   size_t staged_max[2][UL_COLL_COUNT];
   /* [collective]: process ranks with private buffers bounce from this nccl-tests size on
-   * and single-copy below it, as measured on this machine (tuning.c); 0: every size
-   * (decision 0014) */
+   * and single-copy below it, as measured on this machine (tuning.c); UL__UNTUNED: not
+   * measured (decision 0014: every size, or none when ranks outnumber cores) */
   size_t bounce_from[UL_COLL_COUNT];
   uint64_t ll_epoch;                 /* flagged-line operations run so far */
   size_t lb_off;                     /* broadcast lines, UL__LB_REGION(n) bytes */

@@ -10,7 +10,8 @@
  *                                                   algorithm's single copies
  *
  * Sizes are nccl-tests' (a rank's larger buffer). Without a file the built-in limits
- * apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber cores; bounce at every size). */
+ * apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber cores; bounce at every size,
+ * or never when ranks outnumber cores). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,7 @@ static int tunable(const char *name, ul_coll_t *coll) {
 ul_result_t ul__tuning_load(ul__generic_t *g, const char *path) {
   for (int c = 0; c < UL_COLL_COUNT; c++) {
     g->staged_max[0][c] = g->staged_max[1][c] = UL__UNTUNED;
-    g->bounce_from[c] = 0;
+    g->bounce_from[c] = UL__UNTUNED;
   }
   if (!path || !path[0]) return UL_OK;
   FILE *f = fopen(path, "r");
