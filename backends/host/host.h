@@ -194,6 +194,13 @@ ul_result_t host_shm_map(ul_comm_t h, const char *name, size_t offset, size_t le
 void host_shm_unlink(const char *name);
 void host_shm_sweep_stale(void);
 size_t host_page_size(void);
+/* A waiter's default spin: HOST_SPIN_BUDGET_NS of pauses, or HOST_SPIN_OVERSUBSCRIBED
+ * when ranks outnumber CPUs (the peer we wait for needs our core). */
+#define HOST_SPIN_BUDGET_NS 1300.0
+#define HOST_SPIN_OVERSUBSCRIBED 8
+/* Nanoseconds one ul_backend_cpu_pause takes here (measured once per process, best of
+ * 3 loops of 1000, clamped to 1-200). */
+double host_pause_ns(void);
 const char *host_errstr(int err, char *buf, size_t len);
 
 /* ---- host_wait.c ---- */

@@ -31,8 +31,6 @@
  * against 1.4 us with 64 pauses, while 2 thread ranks next to a CPU hog went from 8.9 to
  * only 9.5 us (160 pauses: 14 us). So the spin is a time budget, turned into pauses by
  * timing them once per process. */
-#define HOST_SPIN_BUDGET_NS 1300.0
-#define HOST_SPIN_OVERSUBSCRIBED 8
 
 static double host_pause_ns_value;
 static pthread_once_t host_pause_once = PTHREAD_ONCE_INIT;
@@ -50,8 +48,7 @@ static void host_pause_measure(void) {
   host_pause_ns_value = best < 1 ? 1 : best > 200 ? 200 : best;
 }
 
-/* Nanoseconds one ul_backend_cpu_pause takes here (measured once per process). */
-static double host_pause_ns(void) {
+double host_pause_ns(void) {
   pthread_once(&host_pause_once, host_pause_measure);
   return host_pause_ns_value;
 }
