@@ -108,6 +108,7 @@ typedef struct bench_run {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int bar_count, bar_gen, bar_broken;
+  int bar_spin;             /* pause loops a barrier waiter spins before it sleeps */
   double *xch;
   size_t xch_per_rank;
   void *xch_dev;            /* mpi: the exchange's buffer from ul_mem_alloc (see bench_exchange) */
@@ -136,6 +137,8 @@ double bench_now(void);
 /* Barrier of the local threads of a run (and of all processes when mpi). Returns -1
  * when the run failed on another thread. */
 int bench_barrier(bench_run_t *r, int thread);
+/** The lock, condition and spin of bench_barrier (after nthreads is set). */
+void bench_sync_init(bench_run_t *r);
 /* Every rank contributes k doubles; all[rank*k + j] receives everyone's. */
 int bench_exchange(bench_run_t *r, int thread, const double *mine, int k, double *all);
 /* Release what bench_exchange allocated (before the communicators go). */

@@ -184,8 +184,7 @@ int bench_p2p_main(const bench_opts_t *o) {
   r->nlocal = r->nthreads;
   r->nranks = r->nlocal;
   r->modeled = (r->info.features & UL_FEATURE_MODELED) != 0;
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
+  bench_sync_init(r);
   int code = bench_comms_create(r);
   if (code != BENCH_EXIT_OK) { bench_comms_destroy(r); return code; }
   r->printing = !r->mpi || r->proc == 0;

@@ -505,8 +505,7 @@ static int bench_roof_again(bench_run_t *r) {
 
 int bench_run_sweep(bench_run_t *r) {
   const bench_opts_t *o = r->o;
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
+  bench_sync_init(r);
   int code = bench_comms_create(r);
   if (code != BENCH_EXIT_OK) {
     bench_comms_destroy(r);

@@ -47,16 +47,17 @@ void bench_fail(bench_run_t *r, ul_result_t rc, const char *fmt, ...) {
 
 /* A breakable barrier (pthread_barrier cannot be cancelled when a thread fails). Thread
  * ranks time each synchronized call from here, so the release must be as even as the
- * process ranks' ul_barrier: waiters spin on the generation (one cache-line transfer
- * after the last arrival) before they sleep. Sleeping at once put a futex wake, 1-2 us,
- * between the last arriver's start and the others'. More threads than CPUs sleep at once:
- * a spinner would hold the CPU the last arriver needs. */
+ * process ranks' ul_barrier: ranks arrive with one atomic add and waiters spin on the
+ * generation (one cache-line transfer after the last arrival) before they sleep.
+ * Arriving under the mutex made a rank that found it held sleep in the kernel, and the
+ * last arriver's timed call waited for its wake (1.5 us against 0.5 on processes). More
+ * threads than CPUs sleep at once: a spinner would hold the CPU the last arriver needs. */
 #define BENCH_BARRIER_SPIN 200000 /* pause loops, about 2-10 ms: then sleep */
-static int bench_barrier_spin(const bench_run_t *r) {
-  static long ncpu; /* every thread computes the same value */
-  long n = __atomic_load_n(&ncpu, __ATOMIC_RELAXED);
-  if (!n) __atomic_store_n(&ncpu, n = sysconf(_SC_NPROCESSORS_ONLN), __ATOMIC_RELAXED);
-  return r->nthreads <= n ? BENCH_BARRIER_SPIN : 0;
+
+void bench_sync_init(bench_run_t *r) {
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  r->bar_spin = r->nthreads <= sysconf(_SC_NPROCESSORS_ONLN) ? BENCH_BARRIER_SPIN : 0;
 }
 
 static int bench_local_barrier(bench_run_t *r) {
@@ -71,8 +72,7 @@ static int bench_local_barrier(bench_run_t *r) {
     pthread_mutex_unlock(&r->mu);
     return 0;
   }
-  int spin = bench_barrier_spin(r);
-  for (int i = 0; i < spin; i++) {
+  for (int i = 0; i < r->bar_spin; i++) {
     if (__atomic_load_n(&r->bar_gen, __ATOMIC_ACQUIRE) != gen) return 0;
     if (__atomic_load_n(&r->bar_broken, __ATOMIC_ACQUIRE)) return -1;
     ul_backend_cpu_pause();
