@@ -302,6 +302,7 @@ static int bench_one_side(bench_thread_t *T, bench_side_ctx_t *sc, size_t req_by
         }
         int skip = o->per_iter_skip < iters ? o->per_iter_skip : 0;
         S->have_stats = bench_stats(S->iter_us + skip, iters - skip, &S->stats) == 0;
+        if (S->have_stats) bench_stats_json_values(&S->stats);
         if (sync && S->have_stats) {
           /* each call's time is its slowest rank's; the median resists preemption */
           bench_side_time(r, &T->calls[0], S->stats.median, S);

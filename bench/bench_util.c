@@ -393,6 +393,11 @@ double bench_json_value(double v) {
   return strtod(buf, NULL);
 }
 
+void bench_stats_json_values(bench_stats_t *s) {
+  double *f[] = {&s->min, &s->max, &s->mean, &s->median, &s->p95, &s->p99, &s->stdev, &s->cv_pct};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = bench_json_value(*f[i]);
+}
+
 int bench_json_escape(const char *in, char *out, size_t outsz) {
   if (!out || outsz == 0) return -1;
   size_t o = 0;

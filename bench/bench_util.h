@@ -161,6 +161,9 @@ int bench_json_escape(const char *in, char *out, size_t outsz);
  *  table prints this value too and anything rendered from the JSON rounds the same
  *  number. */
 double bench_json_value(double v);
+/** Every field of @p s as the JSON writes it (bench_json_value): the per-iteration
+ *  columns then print the numbers the JSON's per-iteration report holds. */
+void bench_stats_json_values(bench_stats_t *s);
 
 #ifdef __cplusplus
 }

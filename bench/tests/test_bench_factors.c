@@ -245,6 +245,33 @@ Test(bench_json, table_value_is_the_json_value, .timeout = 10) {
   cr_expect_eq(bench_json_value(1234.5), 1234.5);
 }
 
+/* The same for the per-iteration columns (min, max, p99, cv%, and the synchronized
+ * method's mean and median): each prints the value of the JSON's per-iteration report. */
+Test(bench_json, per_iteration_columns_are_the_json_values, .timeout = 10) {
+  const double it[] = {2.5250000001, 3.0150000001, 1.0050000001, 2.0};
+  bench_stats_t st;
+  cr_assert_eq(bench_stats(it, 4, &st), 0);
+  bench_stats_t raw = st;
+  bench_stats_json_values(&st);
+  const double got[] = {st.min, st.max, st.mean, st.median, st.p95, st.p99, st.stdev, st.cv_pct};
+  const double was[] = {raw.min, raw.max, raw.mean, raw.median, raw.p95, raw.p99, raw.stdev, raw.cv_pct};
+  for (int i = 0; i < 8; i++) {
+    char json[64], table[32], from_json[32];
+    snprintf(json, sizeof json, "%.6f", was[i]);
+    cr_expect_eq(got[i], strtod(json, NULL), "field %d: %.17g, the JSON holds %s", i, got[i], json);
+    snprintf(table, sizeof table, "%.2f", got[i]);
+    snprintf(from_json, sizeof from_json, "%.2f", strtod(json, NULL));
+    cr_expect_str_eq(table, from_json, "field %d", i);
+  }
+  /* the case this is for: min 1.0050000001 prints 1.01 from the full double, 1.00 from
+   * the JSON's 1.005000 */
+  char full[32], kept[32];
+  snprintf(full, sizeof full, "%.2f", raw.min);
+  snprintf(kept, sizeof kept, "%.2f", st.min);
+  cr_expect_str_eq(full, "1.01");
+  cr_expect_str_eq(kept, "1.00");
+}
+
 Test(bench_factors, roof_by_working_set, .timeout = 10) {
   bench_roof_t roof = {3, {1u << 20, 4u << 20, 16u << 20}, {90.0, 60.0, 20.0}, 2};
   /* below the smallest point: the smallest point's rate */
