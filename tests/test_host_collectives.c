@@ -384,9 +384,11 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
  * broadcasts from one root (about 400 lines: the ring wraps and the root waits within a
  * run) while its readers lag, then roots that change every call; in place and out of
  * place; counts that share a line (4, 8 and 28 bytes), fill one exactly (56), need two
- * (60), the 19-line limit (1064 bytes) and one past it (staged). A line rewritten before
- * its reader read it, a broadcast placed differently on two ranks, or a credit counted
- * wrong (a hang or a wrong value) fails here. */
+ * (60), the 19-line limit (1064 bytes) and one past it (staged). Now and then the root
+ * comes late, so readers wait: polling the line for packed broadcasts, which the root
+ * does not signal, and for the signal of the others, whose count skips the packed ones.
+ * A line rewritten before its reader read it, a broadcast placed differently on two
+ * ranks, a credit or a signal counted wrong (a hang or a wrong value) fails here. */
 static int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
   static const size_t cnts[] = {1, 14, 15, 266, 2, 267, 7};
   int32_t in[267], out[267];
@@ -394,6 +396,7 @@ static int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
     int root = it < 720 ? (it / 120) % n : it % n;
     size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
     if (me != root && it % 13 == 0) usleep(300); /* readers lag; the root goes on */
+    if (me == root && it % 17 == 3) usleep(300); /* the root lags: readers wait for it */
     int inplace = (it / 5) % 2;
     for (size_t i = 0; i < cnt; i++) {
       in[i] = (int32_t)(root * 100000 + it * 10 + (int)i);

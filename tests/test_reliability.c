@@ -445,6 +445,63 @@ Test(abort, releases_blocked_collective_within_100ms, .timeout = 20) {
   ul_comm_destroy(c[1]);
 }
 
+/* A small broadcast's readers poll its line (the root sends no signal for broadcasts
+ * that share a line): a root that never comes still times the reader out at the
+ * communicator's timeout, naming the root and what was awaited, and an abort releases a
+ * polling reader as promptly as one asleep in the backend's wait. */
+typedef struct bcast_wait {
+  ul_comm_t c;
+  ul_result_t rc;
+  double started, returned_at;
+  char msg[512];
+  volatile int entered;
+} bcast_wait_t;
+
+static void *blocked_small_broadcast(void *p) {
+  bcast_wait_t *b = p;
+  int32_t buf[2] = {0, 0}; /* 8 bytes: packed in a line */
+  b->started = now_ms();
+  __atomic_store_n(&b->entered, 1, __ATOMIC_RELEASE);
+  b->rc = ul_broadcast(buf, buf, 2, UL_INT32, 0, b->c, NULL);
+  b->returned_at = now_ms();
+  snprintf(b->msg, sizeof b->msg, "%s", ul_last_error());
+  return NULL;
+}
+
+Test(timeout, small_broadcast_reader_names_the_root, .timeout = 20) {
+  ul_comm_t c[2];
+  init_threads(2, SHORT_MS, c);
+  bcast_wait_t b = {.c = c[1]};
+  blocked_small_broadcast(&b); /* rank 0, the root, never calls */
+  double el = b.returned_at - b.started;
+  cr_expect_eq(b.rc, UL_ERR_TIMEOUT, "reader returned %s: %s", ul_result_name(b.rc), b.msg);
+  cr_expect_geq(el, SHORT_MS * 0.95, "timed out after %.0f ms, before %d ms", el, SHORT_MS);
+  cr_expect_leq(el, SHORT_MS + LATE_MS, "timed out after %.0f ms (> %d + 20%%)", el, SHORT_MS);
+  cr_expect(names_rank(b.msg, 0), "the sentence does not name rank 0: %s", b.msg);
+  cr_expect(strstr(b.msg, "timed out") && strstr(b.msg, "line to reach 1"),
+            "sentence: %s", b.msg);
+  ul_comm_destroy(c[1]);
+  ul_comm_destroy(c[0]);
+}
+
+Test(abort, releases_polling_broadcast_reader_within_100ms, .timeout = 20) {
+  ul_comm_t c[2];
+  init_threads(2, LONG_MS, c);
+  bcast_wait_t b = {.c = c[1]};
+  pthread_t th;
+  pthread_create(&th, NULL, blocked_small_broadcast, &b);
+  while (!__atomic_load_n(&b.entered, __ATOMIC_ACQUIRE)) sleep_ms(1);
+  sleep_ms(300); /* past the yields, in the reader's sleeps */
+  double t0 = now_ms();
+  cr_assert_eq(ul_comm_abort(c[1]), UL_OK);
+  pthread_join(th, NULL);
+  double released = b.returned_at - t0;
+  cr_expect_eq(b.rc, UL_ERR_ABORTED, "reader returned %s: %s", ul_result_name(b.rc), b.msg);
+  cr_expect(strstr(b.msg, "abort") != NULL, "sentence: %s", b.msg);
+  cr_expect_lt(released, 100.0, "reader returned %.1f ms after the abort", released);
+  ul_comm_destroy(c[0]);
+}
+
 /* Abort works from any state: fresh, after successful calls, in error state, on a
  * communicator whose peers are gone, and returns promptly each time. */
 Test(abort, from_any_state_never_waits_for_peers, .timeout = 20) {

@@ -217,6 +217,13 @@ ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_ba
   ul_comm_t c = g->comm;
   ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, idx, value, bs);
   if (rc == UL_OK) return UL_OK;
+  char what[64];
+  snprintf(what, sizeof what, "signal %d to reach %llu", idx, (unsigned long long)value);
+  return ul__gwait_failed(g, rc, peer, what);
+}
+
+ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer, const char *what) {
+  ul_comm_t c = g->comm;
   const char *opname = g->opname ? g->opname : "operation";
   if (rc == UL_ERR_TIMEOUT && g->in_coll && g->shared_scratch && !g->load_store) {
     /* The rank we waited for may itself be waiting (a ring): name the ranks that never
@@ -234,17 +241,15 @@ ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_ba
     if (len)
       return ul__comm_set_error(c, rc,
                                 "%s #%llu timed out after %d ms: had not arrived: %s %s (this "
-                                "rank waited for rank %d's signal %d to reach %llu)",
+                                "rank waited for rank %d's %s)",
                                 opname, (unsigned long long)g->seq, c->config.timeout_ms,
-                                strchr(absent, ',') ? "ranks" : "rank", absent, peer, idx,
-                                (unsigned long long)value);
+                                strchr(absent, ',') ? "ranks" : "rank", absent, peer, what);
   }
   if (rc == UL_ERR_TIMEOUT)
     return ul__comm_set_error(c, rc,
                               "%s #%llu timed out after %d ms: rank %d had not arrived (waited "
-                              "for its signal %d to reach %llu)",
-                              opname, (unsigned long long)g->seq, c->config.timeout_ms, peer, idx,
-                              (unsigned long long)value);
+                              "for its %s)",
+                              opname, (unsigned long long)g->seq, c->config.timeout_ms, peer, what);
   if (rc == UL_ERR_ABORTED)
     return ul__comm_set_error(c, rc, "%s #%llu: communicator aborted while waiting for rank %d",
                               opname, (unsigned long long)g->seq, peer);

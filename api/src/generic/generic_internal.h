@@ -11,7 +11,7 @@
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
 #define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
-#define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us */
+#define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us (not packed ones) */
 #define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of our lines */
 /* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
  * peers. A signal that a peer raises on every call would do too, but the check would then
@@ -50,6 +50,7 @@ _Static_assert(UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT, "broadcast ring 
  * same broadcasts (ul__line_broadcast). */
 typedef struct ul__lb_state {
   uint64_t count;   /* broadcasts made so far: the next one is flagged count + 1 */
+  uint64_t signalled; /* those not packed: the root signals each, so the signal's count */
   uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
   size_t off;       /* cursor: payload bytes of that line already used */
   /* A rank is root or reader of a given root's broadcasts, never both: */
@@ -173,6 +174,10 @@ UL__HIDDEN int ul__vcoll_zero(const ul__coll_args_t *a, int nranks);
 UL__HIDDEN void ul__generic_fini_state(ul__generic_t *g);
 UL__HIDDEN ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer,
                                  ul_backend_stream_t *bs);
+/* A failed wait (rc) for rank peer's `what` ("signal 3 to reach 7"): the error naming the
+ * operation, the peer and, on a timeout between processes, every rank that never arrived. */
+UL__HIDDEN ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer,
+                                        const char *what);
 UL__HIDDEN size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no);
 UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
                                    ul_backend_stream_t *bs);
