@@ -393,13 +393,14 @@ typedef struct solo {
   unsigned char id[PAYLOAD];
   ul_backend_comm_t *c;
   ul_backend_window_t *w;
-  unsigned char buf[256];
+  _Alignas(64) unsigned char buf[256];
   volatile int abort_flag;
 } solo_t;
 
 static void solo_open(solo_t *s, int timeout_ms) {
   make_id(s->id);
   s->abort_flag = 0;
+  memset(s->buf, 0, sizeof s->buf); /* on the test's stack: the words waited on start at 0 */
   ul_backend_comm_args_t a = make_args(s->id, 0, 1, timeout_ms, &s->abort_flag);
   ul_backend_comm_props_t props = make_props();
   cr_assert_eq(H->comm_init(&a, &s->c, &props), UL_OK, "%s", ul_last_error());
@@ -440,24 +441,94 @@ Test(host_backend, wait_times_out, .timeout = 20) {
 
 typedef struct waiter_arg {
   solo_t *s;
-  int index;
+  int index; /* the signal waited for; with word set, the window offset of the word */
   uint64_t value;
   ul_result_t rc;
   double done_ms;
+  int word;
 } waiter_arg_t;
 
 static void *waiter_main(void *p) {
   waiter_arg_t *a = p;
-  a->rc = H->wait_signal(a->s->c, a->s->w, a->index, a->value, NULL);
+  if (a->word) a->rc = H->wait_word(a->s->c, a->s->w, (size_t)a->index, a->value, NULL);
+  else a->rc = H->wait_signal(a->s->c, a->s->w, a->index, a->value, NULL);
   a->done_ms = now_ms();
   return NULL;
+}
+
+/* wait_word (ABI 1.6): a word of the window a peer stores without signalling. */
+Test(host_backend, wait_word_reached_times_out_and_refuses_bad_offsets, .timeout = 20) {
+  need_host();
+  solo_t s;
+  solo_open(&s, 300);
+  uint64_t *word = (uint64_t *)(void *)(s.buf + 64);
+  __atomic_store_n(word, 5, __ATOMIC_RELEASE);
+  cr_assert_eq(H->wait_word(s.c, s.w, 64, 5, NULL), UL_OK, "%s", ul_last_error());
+  cr_assert_eq(H->wait_word(s.c, s.w, 64, 4, NULL), UL_OK, "%s", ul_last_error());
+  double t0 = now_ms();
+  ul_result_t rc = H->wait_word(s.c, s.w, 64, 6, NULL);
+  double dt = now_ms() - t0;
+  cr_assert_eq(rc, UL_ERR_TIMEOUT, "got %s", ul_result_name(rc));
+  cr_assert_geq(dt, 300.0 - 1.0, "returned after %.1f ms", dt);
+  cr_assert_leq(dt, 800.0, "returned after %.1f ms (timeout 300 ms; slack as wait_times_out)", dt);
+  cr_assert(strstr(ul_last_error(), "offset 64") && strstr(ul_last_error(), "reach 6") &&
+                strstr(ul_last_error(), "(it is 5)"),
+            "sentence: %s", ul_last_error());
+  /* bad offsets: a clear error, at once, and the word untouched */
+  t0 = now_ms();
+  cr_assert_eq(H->wait_word(s.c, s.w, 60, 1, NULL), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "multiple of 8"), "sentence: %s", ul_last_error());
+  cr_assert_eq(H->wait_word(s.c, s.w, sizeof s.buf - 4, 1, NULL), UL_ERR_INVALID_ARG);
+  cr_assert_eq(H->wait_word(s.c, s.w, sizeof s.buf, 1, NULL), UL_ERR_INVALID_ARG);
+  cr_assert(strstr(ul_last_error(), "outside"), "sentence: %s", ul_last_error());
+  cr_assert_eq(H->wait_word(s.c, s.w, SIZE_MAX - 3, 1, NULL), UL_ERR_INVALID_ARG);
+  cr_assert_lt(now_ms() - t0, 100.0, "bad offsets took %.1f ms", now_ms() - t0);
+  cr_assert_eq(__atomic_load_n(word, __ATOMIC_ACQUIRE), 5);
+  solo_close(&s);
+}
+
+/* A store that comes while the waiter sleeps between polls (no futex wakes it): seen at
+ * its next poll, well before the timeout. */
+Test(host_backend, wait_word_sees_a_store_made_while_it_sleeps, .timeout = 20) {
+  need_host();
+  solo_t s;
+  solo_open(&s, 10000);
+  uint64_t *word = (uint64_t *)(void *)(s.buf + 128);
+  waiter_arg_t a = {&s, 128, 3, UL_ERR_INTERNAL, 0, 1};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
+  __atomic_store_n(word, 2, __ATOMIC_RELEASE); /* short of 3: keeps waiting */
+  sleep_ms(100);                               /* past the yields, into the sleeps */
+  double t0 = now_ms();
+  __atomic_store_n(word, 3, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  cr_assert_eq(a.rc, UL_OK, "got %s: %s", ul_result_name(a.rc), ul_last_error());
+  cr_assert_lt(a.done_ms - t0, 1000.0, "seen %.1f ms after the store", a.done_ms - t0);
+  solo_close(&s);
+}
+
+/* The communicator's own abort (what ul_comm_abort sets first) releases a word waiter. */
+Test(host_backend, core_abort_flag_releases_word_waiter, .timeout = 20) {
+  need_host();
+  solo_t s;
+  solo_open(&s, 10000);
+  waiter_arg_t a = {&s, 0, 1, UL_OK, 0, 1};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
+  sleep_ms(100);
+  double t0 = now_ms();
+  s.abort_flag = 1;
+  pthread_join(th, NULL);
+  cr_assert_eq(a.rc, UL_ERR_ABORTED, "got %s", ul_result_name(a.rc));
+  cr_assert_lt(a.done_ms - t0, 1000.0, "released %.1f ms after the flag", a.done_ms - t0);
+  solo_close(&s);
 }
 
 Test(host_backend, abort_releases_waiter, .timeout = 20) {
   need_host();
   solo_t s;
   solo_open(&s, 10000);
-  waiter_arg_t a = {&s, 7, 1, UL_OK, 0};
+  waiter_arg_t a = {&s, 7, 1, UL_OK, 0, 0};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
   sleep_ms(150); /* let it reach the futex sleep */
@@ -476,7 +547,7 @@ Test(host_backend, core_abort_flag_releases_waiter, .timeout = 20) {
   need_host();
   solo_t s;
   solo_open(&s, 10000);
-  waiter_arg_t a = {&s, 0, 5, UL_OK, 0};
+  waiter_arg_t a = {&s, 0, 5, UL_OK, 0, 0};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
   sleep_ms(100);

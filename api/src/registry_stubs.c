@@ -154,6 +154,10 @@ static ul_result_t ul__stub_reduce_stream(ul_backend_comm_t *c, void *const *dst
                                           ul_op_t op, ul_backend_stream_t *s) {
   return UL_ERR_UNSUPPORTED;
 }
+static ul_result_t ul__stub_wait_word(ul_backend_comm_t *c, ul_backend_window_t *w, size_t off,
+                                      uint64_t v, ul_backend_stream_t *s) {
+  return UL_ERR_UNSUPPORTED;
+}
 
 /* Every op of ul_backend_ops_t and its stub. The assignment in UL__FILL_OP is type
  * checked, so a stub with the wrong signature fails to compile. */
@@ -205,7 +209,8 @@ static ul_result_t ul__stub_reduce_stream(ul_backend_comm_t *c, void *const *dst
   X(peer_read, ul__stub_peer_read)                \
   X(peer_write, ul__stub_peer_write)              \
   X(copy_stream, ul__stub_copy_stream)            \
-  X(reduce_stream, ul__stub_reduce_stream)
+  X(reduce_stream, ul__stub_reduce_stream)        \
+  X(wait_word, ul__stub_wait_word)
 
 static const void *const ul__stubs[] = {
 #define UL__STUB_ADDR(field, stub) (const void *)stub,

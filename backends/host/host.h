@@ -210,6 +210,10 @@ const char *host_errstr(int err, char *buf, size_t len);
  * reached; 0 for barriers, where arriving is all a peer contributes. */
 ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
                           int staged, host_wait_fail_t *fail);
+/* Wait until *word >= target, a word its writer stores without waking anyone: polled
+ * between short sleeps, with host_wait_geq's checks; nothing staged behind it. */
+ul_result_t host_wait_word_geq(const host_waiter_t *w, const _Atomic uint64_t *word,
+                               uint64_t target, host_wait_fail_t *fail);
 /* Add to slot->value (release) and wake sleepers. Returns the previous value. */
 uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared);
 void host_slot_wake(host_slot_t *slot, int shared);
@@ -265,6 +269,8 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
                              uint64_t value, ul_backend_stream_t *s);
 ul_result_t host_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                              uint64_t *value);
+ul_result_t host_wait_word(ul_backend_comm_t *c, ul_backend_window_t *w, size_t offset,
+                           uint64_t value, ul_backend_stream_t *s);
 ul_result_t host_reduce_local(ul_backend_comm_t *c, void *dst, const void *a, const void *b,
                               size_t count, ul_dtype_t dtype, ul_op_t op,
                               ul_backend_stream_t *s);

@@ -57,6 +57,7 @@ const ul_backend_ops_t ul_backend_host = {
     .signal = host_signal,
     .wait_signal = host_wait_signal,
     .read_signal = host_read_signal,
+    .wait_word = host_wait_word,
     .reduce_local = host_reduce_local,
     .scale_avg = host_scale_avg,
     .copy_local = host_copy_local,

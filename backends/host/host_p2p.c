@@ -78,6 +78,27 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
   return host_wait_error(c, rc, &fail, what);
 }
 
+ul_result_t host_wait_word(ul_backend_comm_t *c, ul_backend_window_t *w, size_t offset,
+                           uint64_t value, ul_backend_stream_t *s) {
+  (void)s;
+  UL_CHECK(host_p2p_range(c, w, w->self, offset, sizeof(uint64_t), "wait_word"));
+  if (offset % sizeof(uint64_t))
+    return ul_backend_set_error(c->handle, UL_ERR_INVALID_ARG,
+                                "host: wait_word at offset %zu, not a multiple of 8", offset);
+  const _Atomic uint64_t *word =
+      (const _Atomic uint64_t *)(const void *)((const char *)w->peer_bases[w->self] + offset);
+  host_waiter_t wt;
+  host_waiter_for_comm(c, &wt, 0);
+  host_wait_fail_t fail;
+  ul_result_t rc = host_wait_word_geq(&wt, word, value, &fail);
+  if (rc == UL_OK) return UL_OK;
+  char what[160];
+  snprintf(what, sizeof what, "waiting for the word at offset %zu of its window to reach %llu "
+           "(it is %llu)", offset, (unsigned long long)value,
+           (unsigned long long)atomic_load_explicit(word, memory_order_relaxed));
+  return host_wait_error(c, rc, &fail, what);
+}
+
 ul_result_t host_read_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int index,
                              uint64_t *value) {
   UL_CHECK(host_p2p_index(c, w, index));

@@ -30,9 +30,13 @@
  * ranks need the peer to run on our core, so they yield longer rather than spin. */
 #define HOST_YIELD_MS 0.2
 #define HOST_YIELD_MS_OVERSUBSCRIBED 2.0
+/* A word without a futex (host_wait_word_geq) is polled between sleeps this long: Linux's
+ * default timer slack (50 us, prctl(2) PR_SET_TIMERSLACK) makes any shorter nanosleep
+ * about as long, and the abort flag and the deadline are checked after each. */
+#define HOST_POLL_SLEEP_NS (50 * 1000L)
 
 /* The futex word is the low 32 bits of the counter. */
-static inline uint32_t *host_wait_word(host_slot_t *s) {
+static inline uint32_t *host_futex_word(host_slot_t *s) {
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   return (uint32_t *)&s->value + 1;
 #else
@@ -41,7 +45,7 @@ static inline uint32_t *host_wait_word(host_slot_t *s) {
 }
 
 void host_slot_wake(host_slot_t *slot, int shared) {
-  syscall(SYS_futex, host_wait_word(slot), FUTEX_WAKE | (shared ? 0 : FUTEX_PRIVATE_FLAG),
+  syscall(SYS_futex, host_futex_word(slot), FUTEX_WAKE | (shared ? 0 : FUTEX_PRIVATE_FLAG),
           INT32_MAX, NULL, NULL, 0);
 }
 
@@ -57,15 +61,16 @@ uint64_t host_slot_add(host_slot_t *slot, uint64_t delta, int shared) {
 /* One wait: the waiter, the counter and target, and where a failure is described. */
 typedef struct host_wait_ctx {
   const host_waiter_t *w;
-  host_slot_t *slot;
+  const _Atomic uint64_t *value; /* the counter */
+  host_slot_t *slot;             /* its futex slot; NULL: a plain word, polled */
   uint64_t target;
   host_wait_fail_t *fail;
 } host_wait_ctx_t;
 
 static ul_result_t host_wait_poll(void *arg) {
   host_wait_ctx_t *x = arg;
-  return atomic_load_explicit(&x->slot->value, memory_order_acquire) >= x->target ? UL_OK
-                                                                                  : UL_IN_PROGRESS;
+  return atomic_load_explicit(x->value, memory_order_acquire) >= x->target ? UL_OK
+                                                                           : UL_IN_PROGRESS;
 }
 
 /* Sleep in the kernel until the counter changes (or ns pass). Lost-wakeup freedom: see
@@ -76,7 +81,7 @@ static void host_wait_block(void *arg, long ns) {
   uint64_t v = atomic_load_explicit(&x->slot->value, memory_order_seq_cst);
   if (v < x->target) {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
-    syscall(SYS_futex, host_wait_word(x->slot), FUTEX_WAIT | (x->w->shared ? 0 : FUTEX_PRIVATE_FLAG),
+    syscall(SYS_futex, host_futex_word(x->slot), FUTEX_WAIT | (x->w->shared ? 0 : FUTEX_PRIVATE_FLAG),
             (uint32_t)v, &ts, NULL, 0);
   }
   atomic_fetch_sub_explicit(&x->slot->waiters, 1, memory_order_relaxed);
@@ -116,8 +121,11 @@ static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *wha
   return UL_OK;
 }
 
-ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
-                          int staged, host_wait_fail_t *fail) {
+/* host_wait_geq and host_wait_word_geq: *value >= target, sleeping on slot's futex
+ * (slot NULL: polling between short sleeps). */
+static ul_result_t host_wait_value(const host_waiter_t *w, const _Atomic uint64_t *value,
+                                   host_slot_t *slot, uint64_t target, int staged,
+                                   host_wait_fail_t *fail) {
   fail->rank = -1;
   fail->pid = 0;
   fail->aborted = 0;
@@ -134,21 +142,31 @@ ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t ta
         fail->aborted = 1;
         return UL_ERR_PEER_LOST;
       }
-  host_wait_ctx_t x = {w, slot, target, fail};
+  host_wait_ctx_t x = {w, value, slot, target, fail};
   const ulbu_waiter_t how = {
       .arg = &x,
       .check = host_wait_check,
       .timeout_ms = w->timeout_ms,
       .spin = w->spin,
       .yield_ms = w->oversubscribed ? HOST_YIELD_MS_OVERSUBSCRIBED : HOST_YIELD_MS,
-      .sleep_ns = HOST_SLICE_NS,
+      .sleep_ns = slot ? HOST_SLICE_NS : HOST_POLL_SLEEP_NS,
       .recheck = 1,
   };
-  const ulbu_cond_t cond = {host_wait_poll, host_wait_block, &x};
+  const ulbu_cond_t cond = {host_wait_poll, slot ? host_wait_block : NULL, &x};
   double elapsed = 0;
   ul_result_t rc = ulbu_wait(&how, &cond, "", &elapsed);
   fail->elapsed_ms = (int)elapsed;
   return rc;
+}
+
+ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
+                          int staged, host_wait_fail_t *fail) {
+  return host_wait_value(w, &slot->value, slot, target, staged, fail);
+}
+
+ul_result_t host_wait_word_geq(const host_waiter_t *w, const _Atomic uint64_t *word,
+                               uint64_t target, host_wait_fail_t *fail) {
+  return host_wait_value(w, word, NULL, target, 0, fail);
 }
 
 void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl_word) {

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 5
+#define UL_BACKEND_ABI_MINOR 6
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -325,6 +325,17 @@ typedef struct ul_backend_ops {
   ul_result_t (*reduce_stream)(ul_backend_comm_t *c, void *const *dst, int ndst, const void *a,
                                const void *b, size_t count, ul_dtype_t dtype, ul_op_t op,
                                ul_backend_stream_t *s);
+
+  /* --- waiting on a window word (ABI 1.6, optional) ------------------------ */
+  /** wait_signal for a word a peer stores rather than a signal it adds to: wait until the
+   *  64-bit word at byte @p offset of this rank's own window (8-byte aligned; a peer
+   *  writes it through peer_bases with release-ordered stores and sends no signal) is
+   *  >= value, with wait_signal's spin, backoff, timeout and failures (UL_ERR_TIMEOUT /
+   *  UL_ERR_ABORTED, the communicator's own abort included / UL_ERR_PEER_LOST). The load
+   *  that sees the value has acquire order. Host-visible backends only. Absent: the
+   *  generic layer sends a signal after such stores and waits for it (decision 0015). */
+  ul_result_t (*wait_word)(ul_backend_comm_t *c, ul_backend_window_t *w, size_t offset,
+                           uint64_t value, ul_backend_stream_t *s);
 } ul_backend_ops_t;
 
 /** Plugins export this symbol. */

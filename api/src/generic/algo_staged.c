@@ -1,10 +1,7 @@
 /* Staged algorithms for small messages: each rank copies its input into its own shared
  * scratch, one READY/DONE signal exchange synchronises, and readers take what they need
  * straight from the peers' scratch (needs every peer's scratch load/store reachable). */
-#include <sched.h>
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "generic_internal.h"
 
@@ -208,50 +205,11 @@ static void lines_write(char *line, size_t off, uint64_t flag, const void *src, 
   }
 }
 
-/* Polling a line whose writer sends no signal (broadcast lines), after the spin: yields
- * (about 1 us each, and they return at once when the writer runs elsewhere), then sleeps
- * doubling from LINE_SLEEP_MIN_NS to LINE_SLEEP_MAX_NS, so a writer that comes late is
- * seen at most that late. Each round checks for aborted and lost peers and the
- * communicator's timeout, as the backend's timed wait does. */
-#define LINE_YIELD_MS 0.2
-#define LINE_YIELD_MS_OVERSUBSCRIBED 2.0 /* as the host backend's wait */
-#define LINE_SLEEP_MIN_NS 2000L
-#define LINE_SLEEP_MAX_NS 100000L
-
-static ul_result_t line_poll(algo_ctx_t *x, const char *line, uint64_t flag, int q) {
-  ul__generic_t *g = x->g;
-  int timeout_ms = x->c->config.timeout_ms;
-  double start = ul__now_ms();
-  double yield_ms = g->oversubscribed ? LINE_YIELD_MS_OVERSUBSCRIBED : LINE_YIELD_MS;
-  long sleep_ns = LINE_SLEEP_MIN_NS;
-  while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag) {
-    /* a wait for a value already reached: the backend's check of aborted and lost peers;
-     * our own abort, which the backend's wait sees only while it waits, here */
-    UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, q, x->bs));
-    if (__atomic_load_n(&x->c->abort_flag, __ATOMIC_ACQUIRE))
-      return ul__gwait_failed(g, UL_ERR_ABORTED, q, "");
-    double waited = ul__now_ms() - start;
-    if (timeout_ms > 0 && waited >= timeout_ms) {
-      char what[64];
-      snprintf(what, sizeof what, "line to reach %llu", (unsigned long long)flag);
-      return ul__gwait_failed(g, UL_ERR_TIMEOUT, q, what);
-    }
-    if (waited < yield_ms) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, sleep_ns};
-      nanosleep(&ts, NULL);
-      sleep_ns = 2 * sleep_ns < LINE_SLEEP_MAX_NS ? 2 * sleep_ns : LINE_SLEEP_MAX_NS;
-    }
-  }
-  return UL_OK;
-}
-
 /* b bytes from the lines from `line` on (this rank's scratch; the first from payload
  * byte off on, as lines_write), written by rank q with flag (or later ones), into dst. A
  * line not there within a short spin: the timed wait for q's signal sig to reach
- * sig_value (q signals after writing its lines), or with sig < 0 (q sends no signal)
- * line_poll. */
+ * sig_value (q signals after writing its lines), or with sig < 0 (q sends no signal) the
+ * backend's timed wait on the line's flag itself (wait_word). */
 static ul_result_t lines_read(algo_ctx_t *x, const char *line, size_t off, uint64_t flag, int q,
                               int sig, uint64_t sig_value, void *dst, size_t b) {
   ul__generic_t *g = x->g;
@@ -261,18 +219,20 @@ static ul_result_t lines_read(algo_ctx_t *x, const char *line, size_t off, uint6
     int spin = g->oversubscribed ? 0 : LINE_SPIN; /* the peer needs our core */
     while (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag && spin-- > 0)
       ul_backend_cpu_pause();
-    if (sig < 0) {
-      UL_CHECK(line_poll(x, line, flag, q));
-    } else if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag) {
-      UL_CHECK(ul__gwait(g, sig, sig_value, q, x->bs));
-      if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag)
-        return ul__comm_set_error(x->c, UL_ERR_INTERNAL,
-                                  "%s: rank %d's signal reached %llu but its line %d holds "
-                                  "%llu, not %llu",
-                                  g->opname, q, (unsigned long long)sig_value, i,
-                                  (unsigned long long)__atomic_load_n((const uint64_t *)line,
-                                                                      __ATOMIC_ACQUIRE),
-                                  (unsigned long long)flag);
+    if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag) {
+      if (sig < 0) {
+        UL_CHECK(ul__gwait_word(g, line, flag, q, x->bs));
+      } else {
+        UL_CHECK(ul__gwait(g, sig, sig_value, q, x->bs));
+        if (__atomic_load_n((const uint64_t *)line, __ATOMIC_ACQUIRE) < flag)
+          return ul__comm_set_error(x->c, UL_ERR_INTERNAL,
+                                    "%s: rank %d's signal reached %llu but its line %d holds "
+                                    "%llu, not %llu",
+                                    g->opname, q, (unsigned long long)sig_value, i,
+                                    (unsigned long long)__atomic_load_n((const uint64_t *)line,
+                                                                        __ATOMIC_ACQUIRE),
+                                    (unsigned long long)flag);
+      }
     }
     if (m == UL__LL_PAYLOAD) memcpy(d, line + sizeof(uint64_t), UL__LL_PAYLOAD); /* as above */
     else memcpy(d, line + sizeof(uint64_t) + off, m);
@@ -354,7 +314,8 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
  * transfer per 56 bytes, or a share of one, and a local copy; the root's, its stores and
  * a signal per reader. Not for packed broadcasts: a signal is a locked add, which waits
  * until the stores before it reach the readers that hold those lines, and that wait was
- * most of the root's call. Their readers poll the line instead (line_poll). np2 back to
+ * most of the root's call. Their readers wait on the line's flag instead (the backend's
+ * wait_word; a backend without it gets the signal). np2 back to
  * back, medians of 7 alternating rounds: 8 B 0.22 -> 0.13 us. Multi-line broadcasts keep
  * the signal: without its wait the root's stores into the next slot meet the readers
  * still pulling this one (64 B 0.28 -> 0.33, 512 B 0.32 -> 0.60). */
@@ -401,13 +362,13 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   size_t cb = ul__line_bytes(x), off;
   ul__lb_state_t *s = &g->lb[root];
   uint64_t j = s->count++, first;
-  int packed = bcast_packed(cb);
-  if (!packed) s->signalled++;
+  int signalled = !(bcast_packed(cb) && g->wait_word); /* every rank decides alike */
+  if (signalled) s->signalled++;
   bcast_place(s, cb, &first, &off);
   uint64_t last = s->line; /* the broadcast's lines: first .. last */
   if (me != root) {
     UL_CHECK(lines_read(x, bcast_line(g, g->scratch, root, first), off, j + 1, root,
-                        packed ? -1 : UL__SIG_LB(g, root), s->signalled, a->recvbuf, cb));
+                        signalled ? UL__SIG_LB(g, root) : -1, s->signalled, a->recvbuf, cb));
     /* every line before `last` is finished: the broadcasts after this one start at last
      * or later */
     while ((s->credits_returned + 1) * UL__LB_CREDIT <= last) {
@@ -435,7 +396,7 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
     int p = (me + i) % n;
     lines_write(bcast_line(g, g->peer_bases[p], root, first), off, j + 1, a->sendbuf, cb);
   }
-  if (!packed)
+  if (signalled)
     for (int i = 1; i < n; i++)
       UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LB(g, me), x->bs));
   return ul__copy_if_needed(x, a->recvbuf, a->sendbuf, a->count);

@@ -142,6 +142,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->can_poll = !ul__op_is_stub((const void *)o->read_signal);
   g->copy_stream = !ul__op_is_stub((const void *)o->copy_stream);
   g->reduce_stream = !ul__op_is_stub((const void *)o->reduce_stream);
+  g->wait_word = !ul__op_is_stub((const void *)o->wait_word);
   /* The mailbox, staging and direct paths are CPU loads/stores: they need host memory
    * (cuda p2p peer_bases are device pointers even when ranks share a process). */
   g->shared_scratch = (comm->backend->caps.flags & UL_BACKEND_HOST_MEMORY) != 0;
@@ -212,17 +213,9 @@ void ul__generic_fini(ul_comm_t comm) {
 
 /* ------------------------------------------------------------------ waits */
 
-/* Wait for a local signal; on failure, name the peer and the operation. */
-ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_backend_stream_t *bs) {
-  ul_comm_t c = g->comm;
-  ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, idx, value, bs);
-  if (rc == UL_OK) return UL_OK;
-  char what[64];
-  snprintf(what, sizeof what, "signal %d to reach %llu", idx, (unsigned long long)value);
-  return ul__gwait_failed(g, rc, peer, what);
-}
-
-ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer, const char *what) {
+/* A failed wait (rc) for rank peer's `what` ("signal 3 to reach 7"): the error naming the
+ * operation, the peer and, on a timeout between processes, every rank that never arrived. */
+static ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer, const char *what) {
   ul_comm_t c = g->comm;
   const char *opname = g->opname ? g->opname : "operation";
   if (rc == UL_ERR_TIMEOUT && g->in_coll && g->shared_scratch && !g->load_store) {
@@ -260,6 +253,27 @@ ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer, const c
                               (unsigned long long)g->seq, peer, prev);
   }
   return rc;
+}
+
+/* Wait for a local signal; on failure, name the peer and the operation. */
+ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer, ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  ul_result_t rc = c->backend->ops.wait_signal(c->bcomm, g->win, idx, value, bs);
+  if (rc == UL_OK) return UL_OK;
+  char what[64];
+  snprintf(what, sizeof what, "signal %d to reach %llu", idx, (unsigned long long)value);
+  return ul__gwait_failed(g, rc, peer, what);
+}
+
+ul_result_t ul__gwait_word(ul__generic_t *g, const void *word, uint64_t value, int peer,
+                           ul_backend_stream_t *bs) {
+  ul_comm_t c = g->comm;
+  size_t offset = (size_t)((const char *)word - (const char *)g->scratch);
+  ul_result_t rc = c->backend->ops.wait_word(c->bcomm, g->win, offset, value, bs);
+  if (rc == UL_OK) return UL_OK;
+  char what[64];
+  snprintf(what, sizeof what, "line to reach %llu", (unsigned long long)value);
+  return ul__gwait_failed(g, rc, peer, what);
 }
 
 /* --------------------------------------------------------------- channels */

@@ -131,6 +131,7 @@ typedef struct ul__generic {
   } reason[UL_COLL_COUNT];
   int copy_stream;   /* backend has copy_stream (streaming stores for large outputs) */
   int reduce_stream; /* backend has reduce_stream (reduce straight into streamed outputs) */
+  int wait_word;     /* backend has wait_word (wait on a scratch word a peer stores) */
 } ul__generic_t;
 
 /* One collective call as an algorithm sees it (algo_*.c, algorithms.c, vcoll.c). */
@@ -174,10 +175,10 @@ UL__HIDDEN int ul__vcoll_zero(const ul__coll_args_t *a, int nranks);
 UL__HIDDEN void ul__generic_fini_state(ul__generic_t *g);
 UL__HIDDEN ul_result_t ul__gwait(ul__generic_t *g, int idx, uint64_t value, int peer,
                                  ul_backend_stream_t *bs);
-/* A failed wait (rc) for rank peer's `what` ("signal 3 to reach 7"): the error naming the
- * operation, the peer and, on a timeout between processes, every rank that never arrived. */
-UL__HIDDEN ul_result_t ul__gwait_failed(ul__generic_t *g, ul_result_t rc, int peer,
-                                        const char *what);
+/* Wait until the 64-bit word at `word` in this rank's scratch, stored by rank peer
+ * without a signal, reaches value (backend op wait_word; g->wait_word set). */
+UL__HIDDEN ul_result_t ul__gwait_word(ul__generic_t *g, const void *word, uint64_t value, int peer,
+                                      ul_backend_stream_t *bs);
 UL__HIDDEN size_t ul__slot_offset(ul__generic_t *g, int src, uint64_t chunk_no);
 UL__HIDDEN ul_result_t ul__ch_send(ul__generic_t *g, int dst, const void *src, size_t bytes,
                                    ul_backend_stream_t *bs);
