@@ -379,8 +379,11 @@ static int line_run_ahead(ul_comm_t c, int me, int n) {
 }
 
 /* Small broadcasts go in flagged lines through a ring of 304 per root, the smallest
- * packed several to a line, and a root may run ahead of its readers until it comes round
- * to a line they have not returned a credit for (one every 32 lines). Runs of 120
+ * packed several to a line, the others a 19-line slot each (laid end to end when ranks
+ * outnumber cores, from 3 ranks here: those must start the ring again rather than cross
+ * its end; without that 4 of 7 rank counts fail), and a root may run ahead of its readers
+ * until it comes round to a line they have not returned a credit for (one every 76
+ * lines). Runs of 120
  * broadcasts from one root (about 400 lines: the ring wraps and the root waits within a
  * run) while its readers lag, then roots that change every call; in place and out of
  * place; counts that share a line (4, 8 and 28 bytes), fill one exactly (56), need two

@@ -31,7 +31,8 @@
 #define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
 /* Broadcast lines (ul__line_broadcast): per root, a ring of UL__LB_RING lines that its
  * broadcasts fill in order, those of 28 bytes or less packed several to a line, larger
- * ones a slot of UL__LB_LINES lines each; readers return a credit every UL__LB_CREDIT lines
+ * ones a slot of UL__LB_LINES lines each (end to end when ranks outnumber cores, see
+ * bcast_place); readers return a credit every UL__LB_CREDIT lines
  * they finish. Up to UL__LB_LINES lines (1 KiB): beyond it the root's stores into lines
  * its readers hold cost more than readers pulling a staged copy (np2, b2b: 2 KiB
  * 1.66-1.72 us against 1.24-2.04, 4 KiB 2.2-2.6 against 1.1-1.3; 512 B 0.7-1.0 against
