@@ -342,7 +342,8 @@ static int bcast_packed(size_t b) { return 2 * b <= UL__LL_PAYLOAD; }
  * processes 32-256 B 2.1-2.2 us -> 0.36-0.73, 512 B 1.83 -> 1.32 (7 rounds), 1 KiB 1.02x;
  * threads 32-128 B 2.0-2.4x, 512 B-1 KiB 1.03-1.14x. */
 
-static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *line, size_t *off) {
+static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *line,
+                        size_t *off) {
   if (bcast_packed(b)) {
     if (b > UL__LL_PAYLOAD - s->off) {
       s->line++;
@@ -356,7 +357,8 @@ static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *l
   uint64_t nl = (b + UL__LL_PAYLOAD - 1) / UL__LL_PAYLOAD;
   uint64_t first = s->off == 0 ? s->line : s->line + 1; /* off 0: nothing written yet */
   if (!end_to_end) first = (first + UL__LB_LINES - 1) / UL__LB_LINES * UL__LB_LINES;
-  else if (first % UL__LB_RING + nl > UL__LB_RING) first = (first / UL__LB_RING + 1) * UL__LB_RING;
+  else if (first % UL__LB_RING + nl > UL__LB_RING) /* would cross the ring's end */
+    first = (first / UL__LB_RING + 1) * UL__LB_RING;
   *line = first;
   *off = 0;
   s->line = first + nl - 1;
