@@ -415,6 +415,22 @@ static void solo_close(solo_t *s) {
   assert_no_segments(s->id);
 }
 
+/* A wait of a communicator with a 300 ms timeout (rc, after dt ms) timed out on time,
+ * and its sentence names what it waited for (what), the target (reach) and the value it
+ * saw (is). */
+static void assert_timed_out(ul_result_t rc, double dt, const char *what, const char *reach,
+                             const char *is) {
+  cr_assert_eq(rc, UL_ERR_TIMEOUT, "got %s", ul_result_name(rc));
+  cr_assert_geq(dt, 300.0 - 1.0, "returned after %.1f ms", dt);
+  /* Bounds that tell a honoured timeout from a late one on a loaded 2-core CI machine
+   * (ctest -j2 under sanitizers delays a wake by tens of milliseconds): 20% was too
+   * tight there. */
+  cr_assert_leq(dt, 800.0, "returned after %.1f ms (timeout 300 ms, slack 500 ms)", dt);
+  cr_assert(strstr(ul_last_error(), what) && strstr(ul_last_error(), reach) &&
+                strstr(ul_last_error(), is),
+            "sentence: %s", ul_last_error());
+}
+
 Test(host_backend, wait_times_out, .timeout = 20) {
   need_host();
   solo_t s;
@@ -422,16 +438,7 @@ Test(host_backend, wait_times_out, .timeout = 20) {
   cr_assert_eq(H->signal(s.c, s.w, 0, 3, NULL), UL_OK);
   double t0 = now_ms();
   ul_result_t rc = H->wait_signal(s.c, s.w, 3, 2, NULL);
-  double dt = now_ms() - t0;
-  cr_assert_eq(rc, UL_ERR_TIMEOUT, "got %s", ul_result_name(rc));
-  cr_assert_geq(dt, 300.0 - 1.0, "returned after %.1f ms", dt);
-  /* Bounds that tell a honoured timeout from a late one on a loaded 2-core CI machine
-   * (ctest -j2 under sanitizers delays a wake by tens of milliseconds): 20% was too
-   * tight there. */
-  cr_assert_leq(dt, 800.0, "returned after %.1f ms (timeout 300 ms, slack 500 ms)", dt);
-  cr_assert(strstr(ul_last_error(), "signal 3") && strstr(ul_last_error(), "reach 2") &&
-                strstr(ul_last_error(), "(it is 1)"),
-            "sentence: %s", ul_last_error());
+  assert_timed_out(rc, now_ms() - t0, "signal 3", "reach 2", "(it is 1)");
   uint64_t v = 0;
   cr_assert_eq(H->read_signal(s.c, s.w, 3, &v), UL_OK);
   cr_assert_eq(v, 1);
@@ -467,13 +474,7 @@ Test(host_backend, wait_word_reached_times_out_and_refuses_bad_offsets, .timeout
   cr_assert_eq(H->wait_word(s.c, s.w, 64, 4, NULL), UL_OK, "%s", ul_last_error());
   double t0 = now_ms();
   ul_result_t rc = H->wait_word(s.c, s.w, 64, 6, NULL);
-  double dt = now_ms() - t0;
-  cr_assert_eq(rc, UL_ERR_TIMEOUT, "got %s", ul_result_name(rc));
-  cr_assert_geq(dt, 300.0 - 1.0, "returned after %.1f ms", dt);
-  cr_assert_leq(dt, 800.0, "returned after %.1f ms (timeout 300 ms; slack as wait_times_out)", dt);
-  cr_assert(strstr(ul_last_error(), "offset 64") && strstr(ul_last_error(), "reach 6") &&
-                strstr(ul_last_error(), "(it is 5)"),
-            "sentence: %s", ul_last_error());
+  assert_timed_out(rc, now_ms() - t0, "offset 64", "reach 6", "(it is 5)");
   /* bad offsets: a clear error, at once, and the word untouched */
   t0 = now_ms();
   cr_assert_eq(H->wait_word(s.c, s.w, 60, 1, NULL), UL_ERR_INVALID_ARG);
@@ -507,23 +508,6 @@ Test(host_backend, wait_word_sees_a_store_made_while_it_sleeps, .timeout = 20) {
   solo_close(&s);
 }
 
-/* The communicator's own abort (what ul_comm_abort sets first) releases a word waiter. */
-Test(host_backend, core_abort_flag_releases_word_waiter, .timeout = 20) {
-  need_host();
-  solo_t s;
-  solo_open(&s, 10000);
-  waiter_arg_t a = {&s, 0, 1, UL_OK, 0, 1};
-  pthread_t th;
-  cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
-  sleep_ms(100);
-  double t0 = now_ms();
-  s.abort_flag = 1;
-  pthread_join(th, NULL);
-  cr_assert_eq(a.rc, UL_ERR_ABORTED, "got %s", ul_result_name(a.rc));
-  cr_assert_lt(a.done_ms - t0, 1000.0, "released %.1f ms after the flag", a.done_ms - t0);
-  solo_close(&s);
-}
-
 Test(host_backend, abort_releases_waiter, .timeout = 20) {
   need_host();
   solo_t s;
@@ -543,21 +527,26 @@ Test(host_backend, abort_releases_waiter, .timeout = 20) {
   solo_close(&s);
 }
 
-Test(host_backend, core_abort_flag_releases_waiter, .timeout = 20) {
+/* The communicator's own abort flag (what ul_comm_abort sets before calling the backend)
+ * releases a waiter, on a signal or on a window word (wait_word). */
+static void abort_flag_releases(int word) {
   need_host();
   solo_t s;
   solo_open(&s, 10000);
-  waiter_arg_t a = {&s, 0, 5, UL_OK, 0, 0};
+  waiter_arg_t a = {&s, 0, word ? 1 : 5, UL_OK, 0, word};
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, waiter_main, &a), 0);
   sleep_ms(100);
   double t0 = now_ms();
-  s.abort_flag = 1; /* what ul_comm_abort sets before calling the backend */
+  s.abort_flag = 1;
   pthread_join(th, NULL);
-  cr_assert_eq(a.rc, UL_ERR_ABORTED);
+  cr_assert_eq(a.rc, UL_ERR_ABORTED, "got %s", ul_result_name(a.rc));
   cr_assert_lt(a.done_ms - t0, 1000.0, "released %.1f ms after the flag", a.done_ms - t0);
   solo_close(&s);
 }
+
+Test(host_backend, core_abort_flag_releases_waiter, .timeout = 20) { abort_flag_releases(0); }
+Test(host_backend, core_abort_flag_releases_word_waiter, .timeout = 20) { abort_flag_releases(1); }
 
 /* Two thread ranks: rank 1 waits for rank 0, which aborts: rank 1 must not wait for
  * its timeout. */
