@@ -11,7 +11,9 @@
 #define UL__SIG_READY(g, j) (3 * (g)->n + (j)) /* rank j staged what we read from it */
 #define UL__SIG_DONE(g, j) (4 * (g)->n + (j)) /* rank j finished reading our staging */
 #define UL__SIG_LL(g, j) (5 * (g)->n + (j)) /* rank j wrote its flagged lines to us */
-#define UL__SIG_LB(g, j) (6 * (g)->n + (j)) /* root j wrote its broadcast lines to us (not packed ones) */
+/* root j wrote its broadcast lines to us; not for packed ones where the backend has
+ * wait_word (ul__line_broadcast) */
+#define UL__SIG_LB(g, j) (6 * (g)->n + (j))
 #define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of our lines */
 /* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
  * peers. A signal that a peer raises on every call would do too, but the check would then
@@ -51,7 +53,7 @@ _Static_assert(UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT, "broadcast ring 
  * same broadcasts (ul__line_broadcast). */
 typedef struct ul__lb_state {
   uint64_t count;   /* broadcasts made so far: the next one is flagged count + 1 */
-  uint64_t signalled; /* those not packed: the root signals each, so the signal's count */
+  uint64_t signalled; /* those the root signals (UL__SIG_LB): the signal's count */
   uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
   size_t off;       /* cursor: payload bytes of that line already used */
   /* A rank is root or reader of a given root's broadcasts, never both: */
