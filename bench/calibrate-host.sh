@@ -18,7 +18,7 @@
 #
 # Both in nccl-tests' back-to-back method, in ROUNDS interleaved rounds (default 3).
 # Process ranks run under mpirun (NPS, default "2 4"), thread ranks with -t (THREADS,
-# default "2"). Environment: ITERS (default 100), COLLS.
+# default "2"; an empty list runs none). Environment: ITERS (default 100), COLLS.
 set -u
 BUILD=${1:-build}
 FILE=${2:-unilink-tuning.txt}
@@ -27,8 +27,8 @@ SRC_DIR=$(cd "$(dirname "$0")" && pwd)
 [ -x "$BENCH" ] || { echo "calibrate-host.sh: $BENCH not found (build first)" >&2; exit 2; }
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-100}
-NPS=${NPS:-2 4}
-THREADS=${THREADS:-2}
+NPS=${NPS-2 4} # empty: no process ranks
+THREADS=${THREADS-2} # empty: no thread ranks
 COLLS=${COLLS:-allreduce reduce_scatter allgather broadcast alltoall}
 OMPIRUN=$(command -v mpirun.openmpi || command -v mpirun || true)
 LOGS=$(mktemp -d /tmp/unilink-calibrate.XXXXXX)

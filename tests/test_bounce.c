@@ -287,6 +287,9 @@ static int rank_oversubscribed_untuned(ul_unique_id_t id, int n, int me) {
   if (comm_up(id, n, me, &c)) return 1;
   int bad = all_colls(c, me, n, ((size_t)1 << 18) + 13, 0, "direct", "cma");
   if (bad) return bad;
+  ul_call_info_t info = last_call(c);
+  STEP(41, strstr(info.reason, "not measured") && strstr(info.reason, "calibrate-host.sh"),
+       "reason: %s", info.reason);
   return comm_down(c, me);
 }
 

@@ -287,6 +287,13 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
              x.single_below);
     return rc;
   }
+  if (x.unmeasured) {
+    ul__copy_str(info->reason, sizeof info->reason,
+                 "ranks outnumber CPUs, buffers peers cannot map: single copies, as bouncing "
+                 "is not measured for this rank count (bench/calibrate-host.sh writes a "
+                 "UNILINK_TUNING_FILE)");
+    return rc;
+  }
   if (x.cma && g->zpeers > 0) {
     ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
     if (!forced)

@@ -156,6 +156,9 @@ typedef struct ul__algo_ctx {
   int forced; /* UNILINK_ALGO named the algorithm: no handing over */
   /* after publish: it would have bounced but for the tuning file's bounce_from */
   size_t single_below;
+  /* after publish: it would have bounced but ranks outnumber CPUs and the tuning file
+   * has no bounce_from for them (the reason then says how to measure one) */
+  int unmeasured;
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
