@@ -1,7 +1,7 @@
 /* The memory-and-transport floor (backend ABI 1.4 and 1.5): the host backend's
  * single-copy peer ops, streaming copy and streaming reduction, and what the generic
  * layer does for a table without them (one built against ABI 1.3: the host table cut
- * short, registered as "hostold"). Process
+ * short, registered as "hostold"; it has no wait_word either, ABI 1.6). Process
  * ranks are fork()ed children reporting through their exit status (0 = ok, otherwise
  * the step that failed, with a message on stderr). */
 #define _GNU_SOURCE
@@ -18,6 +18,7 @@
 #include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream, ... */
 #include "fork_ranks.h"
 #include "host_count.h"
+#include "line_broadcast_run_ahead.h"
 #include "ul_core.h"
 
 
@@ -383,4 +384,26 @@ Test(floor, processes_without_peer_ops_fall_back_to_scratch, .timeout = 120) {
 Test(floor, processes_with_peer_ops_take_single_copy, .timeout = 120) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids process_vm_readv between ranks");
   fork_ranks_run("host", 3, rank_new);
+}
+
+/* Without wait_word (ABI 1.6) the root signals every line broadcast, packed ones too,
+ * and a reader whose line is not there yet waits for that signal: the host suite's
+ * run-ahead pattern, late roots included, exact on the old table. 3 ranks outnumber 2
+ * CPUs, so broadcasts are laid end to end there. */
+static int rank_old_lines(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 30000;
+  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  STEP(2, c->generic && c->generic->wait_word == 0, "wait_word reported without the op");
+  STEP(3, line_broadcast_run_ahead(c, me, n) == 0, "run ahead failed (message above)");
+  STEP(4, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+  ul_comm_destroy(c);
+  return 0;
+}
+
+Test(floor, processes_without_wait_word_signal_line_broadcasts, .timeout = 200) {
+  register_hostold();
+  fork_ranks_run("hostold", 2, rank_old_lines);
+  fork_ranks_run("hostold", 3, rank_old_lines);
 }
