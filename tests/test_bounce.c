@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fork_ranks.h"
+#include "generic/generic_internal.h" /* piece_bytes, l2_bytes */
 #include "host_count.h"
 #include "ul_core.h"
 
@@ -309,14 +310,9 @@ Test(bounce, oversubscribed_ranks_bounce_only_where_measured, .timeout = 300) {
  * call). 4 MiB + 52 B a rank: outputs over UL__NT_MIN_BYTES with an odd tail. Forced to
  * bounce so that 3 ranks on 2 cores take it too. */
 #define FUSE_COUNT (((size_t)1 << 20) + 13)
-static int rank_fused(ul_unique_id_t id, int n, int me) {
-  ul_comm_t c;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.backend = "hostcount";
-  cfg.timeout_ms = 60000;
-  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+static int fused_phases(ul_comm_t c, int me, int n) {
   setenv("UNILINK_ALGO", "allreduce:bounce,reduce_scatter:bounce", 1);
-  size_t cnt = FUSE_COUNT, all = cnt * (size_t)n, pe = (256 << 10) / sizeof(float);
+  size_t cnt = FUSE_COUNT, all = cnt * (size_t)n, pe = c->generic->piece_bytes / sizeof(float);
   float *s = malloc(all * sizeof *s), *r = malloc(all * sizeof *r);
   STEP(2, s && r, "out of memory");
   for (int phase = 0; phase < 5; phase++) {
@@ -346,11 +342,65 @@ static int rank_fused(ul_unique_id_t id, int n, int me) {
   free(s);
   free(r);
   unsetenv("UNILINK_ALGO");
-  return comm_down(c, me);
+  return 0;
+}
+
+static int hostcount_up(ul_unique_id_t id, int n, int me, ul_comm_t *c) {
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.backend = "hostcount";
+  cfg.timeout_ms = 60000;
+  STEP(1, ul_comm_init_rank(c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  return 0;
+}
+
+static int rank_fused(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (hostcount_up(id, n, me, &c)) return 1;
+  int bad = fused_phases(c, me, n);
+  return bad ? bad : comm_down(c, me);
 }
 
 Test(bounce, large_reductions_store_in_one_pass, .timeout = 180) {
   register_hostcount();
   fork_ranks_run("hostcount", 2, rank_fused);
   fork_ranks_run("hostcount", 3, rank_fused);
+}
+
+/* 2 ranks, private buffers, a channel chunk of 2 MiB (UNILINK_CHUNK_BYTES): pieces are
+ * a quarter of the level-2 cache, smaller than the chunk on any machine with less than
+ * 8 MiB of it. The reductions stream once per piece of that size (not per chunk), and
+ * every collective is exact with several pieces in flight. */
+static int rank_l2_pieces(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (hostcount_up(id, n, me, &c)) return 1;
+  const ul__generic_t *g = c->generic;
+  STEP(50, g && g->chunk_bytes == ((size_t)2 << 20), "chunk %zu, want 2 MiB",
+       g ? g->chunk_bytes : 0);
+  STEP(51, g->l2_bytes > 0, "no level-2 cache size from sysfs or sysconf");
+  STEP(52, g->piece_bytes == ul__piece_bytes(g->chunk_bytes, g->l2_bytes) &&
+               g->piece_bytes <= g->l2_bytes / 4 && g->piece_bytes >= 16384,
+       "piece %zu for L2 %zu", g->piece_bytes, g->l2_bytes);
+  int bad = fused_phases(c, me, n);
+  if (!bad) bad = all_colls(c, me, n, (size_t)3 << 18, 0, "bounce", "shm-copy");
+  return bad ? bad : comm_down(c, me);
+}
+
+Test(bounce, pieces_follow_the_level2_cache, .timeout = 180) {
+  /* a quarter of L2, rounded down to 4 KiB, within [16 KiB, chunk]; 0: unknown */
+  cr_assert_eq(ul__piece_bytes(262144, (size_t)1 << 20), 262144);
+  cr_assert_eq(ul__piece_bytes(262144, 256 << 10), 65536);
+  cr_assert_eq(ul__piece_bytes(262144, (size_t)2 << 20), 262144);
+  cr_assert_eq(ul__piece_bytes((size_t)2 << 20, (size_t)2 << 20), 524288);
+  cr_assert_eq(ul__piece_bytes((size_t)2 << 20, 1280 << 10), 327680);
+  cr_assert_eq(ul__piece_bytes(262144, (1 << 20) + 1000), 262144);
+  cr_assert_eq(ul__piece_bytes(262144, 0), 262144);
+  cr_assert_eq(ul__piece_bytes(262144, 48 << 10), 16384);
+  cr_assert_eq(ul__piece_bytes(8192, 48 << 10), 8192);
+  cr_assert_eq(ul__piece_bytes((size_t)2 << 20, (3 << 20) + 5000), 786432);
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  register_hostcount();
+  setenv("UNILINK_CHUNK_BYTES", "2097152", 1);
+  fork_ranks_run("hostcount", 2, rank_l2_pieces);
+  unsetenv("UNILINK_CHUNK_BYTES");
 }

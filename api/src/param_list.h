@@ -37,7 +37,8 @@
   X(FAULT, STR, "", "test",                                                                    \
     "test builds only (UNILINK_TEST_HOOKS=ON): inject a fault, e.g. \"allreduce:offbyone\"")   \
   X(CHUNK_BYTES, INT, "262144", "generic",                                                     \
-    "bytes per pipelined chunk of the generic algorithms")                                     \
+    "bytes per pipelined chunk of the generic algorithms (bounce pieces: at most a quarter "   \
+    "of the level-2 cache)")                                                                   \
   X(ONESHOT_BYTES, INT, "32768", "generic",                                                    \
     "largest message (bytes) of the single-sync one-shot allreduce of the generic layer "      \
     "(0: off)")                                                                                \

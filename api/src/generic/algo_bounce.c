@@ -13,9 +13,9 @@
  * sends come before its receives, so the two slots of a channel never deadlock. */
 #include "generic_internal.h"
 
-/* Elements per piece: one channel chunk. */
+/* Elements per piece: a quarter of the level-2 cache, at most one channel chunk. */
 static size_t piece_elems(const algo_ctx_t *x) {
-  size_t e = x->g->chunk_bytes / x->esize;
+  size_t e = x->g->piece_bytes / x->esize;
   return e ? e : 1;
 }
 

@@ -67,6 +67,7 @@ typedef struct ul__mailbox {
   uint64_t seq;
   int32_t cma_ok; /* init probe: the backend's peer_read/peer_write reach every peer */
   int32_t ncpu;   /* init probe: CPUs online as this rank sees them */
+  uint64_t l2_bytes; /* init probe: its level-2 cache (0: unknown) */
   /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
   uint64_t send_handle, recv_handle;
   uint64_t send_offset, recv_offset;
@@ -82,6 +83,10 @@ typedef struct ul__generic {
   ul_backend_window_t *win;
   void *scratch;
   size_t scratch_size, slot_bytes, chunk_bytes, slots_off, work_off;
+  /* bounce algorithms' piece: chunk_bytes, or a quarter of the level-2 cache when that
+   * is smaller (the same on every rank: min over process ranks) */
+  size_t piece_bytes;
+  size_t l2_bytes; /* level-2 cache, 0: unknown (min over process ranks) */
   void **peer_bases;
   uint64_t *sent;  /* chunks sent to each peer */
   uint64_t *recvd; /* chunks consumed from each peer */
@@ -167,6 +172,10 @@ typedef struct ul__algo_ctx {
 static inline char *at(const void *base, size_t elems, size_t esize) {
   return (char *)base + elems * esize;
 }
+
+/* generic.c: the bounce algorithms' piece for a channel chunk and a level-2 cache (0:
+ * unknown), in bytes. */
+UL__HIDDEN size_t ul__piece_bytes(size_t chunk_bytes, size_t l2_bytes);
 
 /* vcoll.c: the vector collectives. direct: peers' buffers by load/store (threads);
  * pairwise: n-1 exchange steps over the channels. */
