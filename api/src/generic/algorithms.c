@@ -287,7 +287,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
              x.single_below);
     return rc;
   }
-  if (x.unmeasured) {
+  if (x.unmeasured && g->zpeers == 0) { /* with mapped peers the path's reason below */
     ul__copy_str(info->reason, sizeof info->reason,
                  "ranks outnumber CPUs, buffers peers cannot map: single copies, as bouncing "
                  "is not measured for this rank count (bench/calibrate-host.sh writes a "
