@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <unilink/unilink.h>
 
-#include "line_broadcast_run_ahead.h"
+#include "line_run_ahead.h"
 
 typedef int (*rank_fn)(ul_comm_t comm, int rank, int n);
 
@@ -313,69 +313,6 @@ static int staged_run_ahead(ul_comm_t c, int me, int n) {
           CHECK(ag[r * 8 + i] == r * 1000 + it + i, "rank %d allgather %d from %d [%d] = %d", me,
                 it, r, i, ag[r * 8 + i]);
     }
-  }
-  return 0;
-}
-
-/* The flagged-line path of the tiniest collectives has no acknowledgement: a rank may
- * rewrite the lines of epoch k+2 as soon as it has seen every peer's epoch k+1. Ranks that
- * lag (sleep) between calls, the four collectives it serves mixed back to back, in place
- * and out of place, and counts up to its 4144-byte limit and one past it: a line rewritten
- * too early, or read before its payload, shows up as a wrong value. */
-static int line_run_ahead(ul_comm_t c, int me, int n) {
-  static const size_t cnts[] = {1, 14, 15, 1036, 2, 1037, 7};
-  int32_t in[8 * 1037], out[8 * 1037];
-  for (int it = 0; it < 1500; it++) {
-    size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
-    if (me == it % n && it % 11 == 0) usleep(300); /* one rank lags, the others go on */
-    int inplace = (it / 7) % 2;
-    int kind = it % 4;
-    ul_call_info_t info = {.struct_size = sizeof info};
-    if (kind == 0) { /* allreduce */
-      for (size_t i = 0; i < cnt; i++) in[i] = out[i] = (int32_t)(me * 7 + it + (int)i);
-      CHECK(ul_allreduce(inplace ? out : in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
-            "allreduce %d: %s", it, ul_comm_last_error(c));
-      for (size_t i = 0; i < cnt; i++) {
-        int32_t want = (int32_t)(7 * n * (n - 1) / 2 + n * (it + (int)i));
-        CHECK(out[i] == want, "rank %d allreduce %d [%zu] = %d, expected %d", me, it, i, out[i],
-              want);
-      }
-    } else if (kind == 1) { /* allgather */
-      for (size_t i = 0; i < cnt; i++)
-        out[(size_t)me * cnt + i] = in[i] = (int32_t)(me * 100000 + it * 10 + (int)i);
-      CHECK(ul_allgather(inplace ? out + (size_t)me * cnt : in, out, cnt, UL_INT32, c, NULL) ==
-                UL_OK, "allgather %d: %s", it, ul_comm_last_error(c));
-      for (int r = 0; r < n; r++)
-        for (size_t i = 0; i < cnt; i++)
-          CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 100000 + it * 10 + (int)i),
-                "rank %d allgather %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
-    } else if (kind == 2) { /* alltoall: block p of rank r is r*1000 + p*10 + it */
-      for (int p = 0; p < n; p++)
-        for (size_t i = 0; i < cnt; i++)
-          in[(size_t)p * cnt + i] = out[(size_t)p * cnt + i] =
-              (int32_t)(me * 1000000 + p * 10000 + it + (int)i);
-      CHECK(ul_alltoall(in, out, cnt, UL_INT32, c, NULL) == UL_OK, /* never in place */
-            "alltoall %d: %s", it, ul_comm_last_error(c));
-      for (int r = 0; r < n; r++)
-        for (size_t i = 0; i < cnt; i++)
-          CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 1000000 + me * 10000 + it + (int)i),
-                "rank %d alltoall %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
-    } else { /* reduce_scatter */
-      for (int p = 0; p < n; p++)
-        for (size_t i = 0; i < cnt; i++) in[(size_t)p * cnt + i] = (int32_t)(me + p * 3 + it + (int)i);
-      CHECK(ul_reduce_scatter(in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
-            "reduce_scatter %d: %s", it, ul_comm_last_error(c));
-      for (size_t i = 0; i < cnt; i++) {
-        int32_t want = (int32_t)(n * (n - 1) / 2 + n * (me * 3 + it + (int)i));
-        CHECK(out[i] == want, "rank %d reduce_scatter %d [%zu] = %d, expected %d", me, it, i,
-              out[i], want);
-      }
-    }
-    /* the path under test ran: the line algorithm up to 4144 bytes a peer, not past it */
-    CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
-    if (n > 1)
-      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 4144),
-            "rank %d op %d count %zu ran '%s'", me, it, cnt, info.algorithm);
   }
   return 0;
 }

@@ -18,7 +18,7 @@
 #include "generic/generic_internal.h" /* the layer's choices: cma, copy_stream, ... */
 #include "fork_ranks.h"
 #include "host_count.h"
-#include "line_broadcast_run_ahead.h"
+#include "line_run_ahead.h"
 #include "ul_core.h"
 
 
@@ -386,23 +386,25 @@ Test(floor, processes_with_peer_ops_take_single_copy, .timeout = 120) {
   fork_ranks_run("host", 3, rank_new);
 }
 
-/* Without wait_word (ABI 1.6) the root signals every line broadcast, packed ones too,
- * and a reader whose line is not there yet waits for that signal: the host suite's
- * run-ahead pattern, late roots included, exact on the old table. 3 ranks outnumber 2
- * CPUs, so broadcasts are laid end to end there. */
+/* Without wait_word (ABI 1.6) every rank signals each epoch of the flagged-line
+ * collectives and the root every line broadcast, packed ones too, and a reader whose
+ * line is not there yet waits for that signal: the host suite's run-ahead patterns, late
+ * ranks and roots included, exact on the old table. 3 ranks outnumber 2 CPUs, so
+ * broadcasts are laid end to end there. */
 static int rank_old_lines(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
   ul_config_t cfg = UL_CONFIG_INIT;
   cfg.timeout_ms = 30000;
   STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
   STEP(2, c->generic && c->generic->wait_word == 0, "wait_word reported without the op");
-  STEP(3, line_broadcast_run_ahead(c, me, n) == 0, "run ahead failed (message above)");
-  STEP(4, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+  STEP(3, line_run_ahead(c, me, n) == 0, "line run ahead failed (message above)");
+  STEP(4, line_broadcast_run_ahead(c, me, n) == 0, "broadcast run ahead failed (message above)");
+  STEP(5, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
   ul_comm_destroy(c);
   return 0;
 }
 
-Test(floor, processes_without_wait_word_signal_line_broadcasts, .timeout = 200) {
+Test(floor, processes_without_wait_word_signal_flagged_lines, .timeout = 200) {
   register_hostold();
   fork_ranks_run("hostold", 2, rank_old_lines);
   fork_ranks_run("hostold", 3, rank_old_lines);

@@ -1,0 +1,129 @@
+/* One rank's part of the flagged-line run-ahead patterns, shared by the host suite
+ * (test_host_collectives.c) and the fallback for backends without wait_word
+ * (test_host_floor.c): 0 = every call exact and on the line algorithm where it should
+ * be, otherwise 1 with a message on stderr. */
+#ifndef UL_TEST_LINE_RUN_AHEAD_H
+#define UL_TEST_LINE_RUN_AHEAD_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <unilink/unilink.h>
+
+#define RUN_AHEAD_CHECK(cond, ...)                                                               \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, __VA_ARGS__);                                                              \
+      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                                         \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+/* The flagged-line path of the tiniest collectives has no acknowledgement: a rank may
+ * rewrite the lines of epoch k+2 as soon as it has seen every peer's epoch k+1. Ranks that
+ * lag (sleep) between calls, the four collectives it serves mixed back to back, in place
+ * and out of place, and counts up to its 4144-byte limit and one past it: a line rewritten
+ * too early, or read before its payload, shows up as a wrong value. */
+static inline int line_run_ahead(ul_comm_t c, int me, int n) {
+  static const size_t cnts[] = {1, 14, 15, 1036, 2, 1037, 7};
+  int32_t in[8 * 1037], out[8 * 1037];
+  for (int it = 0; it < 1500; it++) {
+    size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
+    if (me == it % n && it % 11 == 0) usleep(300); /* one rank lags, the others go on */
+    int inplace = (it / 7) % 2;
+    int kind = it % 4;
+    ul_call_info_t info = {.struct_size = sizeof info};
+    if (kind == 0) { /* allreduce */
+      for (size_t i = 0; i < cnt; i++) in[i] = out[i] = (int32_t)(me * 7 + it + (int)i);
+      RUN_AHEAD_CHECK(ul_allreduce(inplace ? out : in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
+            "allreduce %d: %s", it, ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) {
+        int32_t want = (int32_t)(7 * n * (n - 1) / 2 + n * (it + (int)i));
+        RUN_AHEAD_CHECK(out[i] == want, "rank %d allreduce %d [%zu] = %d, expected %d", me, it, i, out[i],
+              want);
+      }
+    } else if (kind == 1) { /* allgather */
+      for (size_t i = 0; i < cnt; i++)
+        out[(size_t)me * cnt + i] = in[i] = (int32_t)(me * 100000 + it * 10 + (int)i);
+      RUN_AHEAD_CHECK(ul_allgather(inplace ? out + (size_t)me * cnt : in, out, cnt, UL_INT32, c, NULL) ==
+                UL_OK, "allgather %d: %s", it, ul_comm_last_error(c));
+      for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < cnt; i++)
+          RUN_AHEAD_CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 100000 + it * 10 + (int)i),
+                "rank %d allgather %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
+    } else if (kind == 2) { /* alltoall: block p of rank r is r*1000 + p*10 + it */
+      for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < cnt; i++)
+          in[(size_t)p * cnt + i] = out[(size_t)p * cnt + i] =
+              (int32_t)(me * 1000000 + p * 10000 + it + (int)i);
+      RUN_AHEAD_CHECK(ul_alltoall(in, out, cnt, UL_INT32, c, NULL) == UL_OK, /* never in place */
+            "alltoall %d: %s", it, ul_comm_last_error(c));
+      for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < cnt; i++)
+          RUN_AHEAD_CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 1000000 + me * 10000 + it + (int)i),
+                "rank %d alltoall %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
+    } else { /* reduce_scatter */
+      for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < cnt; i++) in[(size_t)p * cnt + i] = (int32_t)(me + p * 3 + it + (int)i);
+      RUN_AHEAD_CHECK(ul_reduce_scatter(in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
+            "reduce_scatter %d: %s", it, ul_comm_last_error(c));
+      for (size_t i = 0; i < cnt; i++) {
+        int32_t want = (int32_t)(n * (n - 1) / 2 + n * (me * 3 + it + (int)i));
+        RUN_AHEAD_CHECK(out[i] == want, "rank %d reduce_scatter %d [%zu] = %d, expected %d", me, it, i,
+              out[i], want);
+      }
+    }
+    /* the path under test ran: the line algorithm up to 4144 bytes a peer, not past it */
+    RUN_AHEAD_CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+    if (n > 1)
+      RUN_AHEAD_CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 4144),
+            "rank %d op %d count %zu ran '%s'", me, it, cnt, info.algorithm);
+  }
+  return 0;
+}
+
+/* Small broadcasts go in flagged lines through a ring of 304 per root, the smallest
+ * packed several to a line, the others a 19-line slot each (laid end to end when ranks
+ * outnumber cores, from 3 ranks here: those must start the ring again rather than cross
+ * its end; without that 4 of 7 rank counts fail), and a root may run ahead of its readers
+ * until it comes round to a line they have not returned a credit for (one every 76
+ * lines). Runs of 120
+ * broadcasts from one root (about 400 lines: the ring wraps and the root waits within a
+ * run) while its readers lag, then roots that change every call; in place and out of
+ * place; counts that share a line (4, 8 and 28 bytes), fill one exactly (56), need two
+ * (60), the 19-line limit (1064 bytes) and one past it (staged). Now and then the root
+ * comes late, so readers wait: polling the line for packed broadcasts, which the root
+ * does not signal, and for the signal of the others, whose count skips the packed ones.
+ * A line rewritten before its reader read it, a broadcast placed differently on two
+ * ranks, a credit or a signal counted wrong (a hang or a wrong value) fails here. */
+static inline int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
+  static const size_t cnts[] = {1, 14, 15, 266, 2, 267, 7};
+  int32_t in[267], out[267];
+  for (int it = 0; it < 1520; it++) {
+    int root = it < 720 ? (it / 120) % n : it % n;
+    size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
+    if (me != root && it % 13 == 0) usleep(300); /* readers lag; the root goes on */
+    if (me == root && it % 17 == 3) usleep(300); /* the root lags: readers wait for it */
+    int inplace = (it / 5) % 2;
+    for (size_t i = 0; i < cnt; i++) {
+      in[i] = (int32_t)(root * 100000 + it * 10 + (int)i);
+      out[i] = me == root && inplace ? in[i] : -1;
+    }
+    ul_call_info_t info = {.struct_size = sizeof info};
+    RUN_AHEAD_CHECK(ul_broadcast(inplace ? out : in, out, cnt, UL_INT32, root, c, NULL) == UL_OK,
+          "bcast %d: %s", it, ul_comm_last_error(c));
+    for (size_t i = 0; i < cnt; i++)
+      RUN_AHEAD_CHECK(out[i] == (int32_t)(root * 100000 + it * 10 + (int)i),
+            "rank %d bcast %d (root %d, %zu) [%zu] = %d", me, it, root, cnt, i, out[i]);
+    RUN_AHEAD_CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+    if (n > 1)
+      RUN_AHEAD_CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 1064),
+            "rank %d bcast %d count %zu ran '%s'", me, it, cnt, info.algorithm);
+  }
+  return 0;
+}
+
+#undef RUN_AHEAD_CHECK
+
+#endif
