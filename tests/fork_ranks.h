@@ -56,4 +56,19 @@ static inline void fork_ranks_run(const char *backend, int n,
   cr_assert_eq(bad, 0, "rank %d failed (its message is above)", bad - 1);
 }
 
+/* A rank's communicator on the default backend (60 s timeout), step 1 on failure. */
+static inline int fork_ranks_comm_up(ul_unique_id_t id, int n, int me, ul_comm_t *c) {
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 60000;
+  STEP(1, ul_comm_init_rank(c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  return 0;
+}
+
+/* The closing barrier (step 2 on failure), then the communicator goes. */
+static inline int fork_ranks_comm_down(ul_comm_t c, int me) {
+  STEP(2, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
+  ul_comm_destroy(c);
+  return 0;
+}
+
 #endif

@@ -1,7 +1,7 @@
 /* One rank's part of the flagged-line run-ahead patterns, shared by the host suite
  * (test_host_collectives.c) and the fallback for backends without wait_word
  * (test_host_floor.c): 0 = every call exact and on the line algorithm where it should
- * be, otherwise 1 with a message on stderr. */
+ * be, otherwise 1 with a message on stderr (CHECK, which the host suite uses too). */
 #ifndef UL_TEST_LINE_RUN_AHEAD_H
 #define UL_TEST_LINE_RUN_AHEAD_H
 
@@ -11,7 +11,8 @@
 #include <unistd.h>
 #include <unilink/unilink.h>
 
-#define RUN_AHEAD_CHECK(cond, ...)                                                               \
+/* In a rank function returning int: fail with a message on stderr. */
+#define CHECK(cond, ...)                                                                         \
   do {                                                                                           \
     if (!(cond)) {                                                                               \
       fprintf(stderr, __VA_ARGS__);                                                              \
@@ -36,48 +37,48 @@ static inline int line_run_ahead(ul_comm_t c, int me, int n) {
     ul_call_info_t info = {.struct_size = sizeof info};
     if (kind == 0) { /* allreduce */
       for (size_t i = 0; i < cnt; i++) in[i] = out[i] = (int32_t)(me * 7 + it + (int)i);
-      RUN_AHEAD_CHECK(ul_allreduce(inplace ? out : in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
+      CHECK(ul_allreduce(inplace ? out : in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
             "allreduce %d: %s", it, ul_comm_last_error(c));
       for (size_t i = 0; i < cnt; i++) {
         int32_t want = (int32_t)(7 * n * (n - 1) / 2 + n * (it + (int)i));
-        RUN_AHEAD_CHECK(out[i] == want, "rank %d allreduce %d [%zu] = %d, expected %d", me, it, i, out[i],
+        CHECK(out[i] == want, "rank %d allreduce %d [%zu] = %d, expected %d", me, it, i, out[i],
               want);
       }
     } else if (kind == 1) { /* allgather */
       for (size_t i = 0; i < cnt; i++)
         out[(size_t)me * cnt + i] = in[i] = (int32_t)(me * 100000 + it * 10 + (int)i);
-      RUN_AHEAD_CHECK(ul_allgather(inplace ? out + (size_t)me * cnt : in, out, cnt, UL_INT32, c, NULL) ==
+      CHECK(ul_allgather(inplace ? out + (size_t)me * cnt : in, out, cnt, UL_INT32, c, NULL) ==
                 UL_OK, "allgather %d: %s", it, ul_comm_last_error(c));
       for (int r = 0; r < n; r++)
         for (size_t i = 0; i < cnt; i++)
-          RUN_AHEAD_CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 100000 + it * 10 + (int)i),
+          CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 100000 + it * 10 + (int)i),
                 "rank %d allgather %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
     } else if (kind == 2) { /* alltoall: block p of rank r is r*1000 + p*10 + it */
       for (int p = 0; p < n; p++)
         for (size_t i = 0; i < cnt; i++)
           in[(size_t)p * cnt + i] = out[(size_t)p * cnt + i] =
               (int32_t)(me * 1000000 + p * 10000 + it + (int)i);
-      RUN_AHEAD_CHECK(ul_alltoall(in, out, cnt, UL_INT32, c, NULL) == UL_OK, /* never in place */
+      CHECK(ul_alltoall(in, out, cnt, UL_INT32, c, NULL) == UL_OK, /* never in place */
             "alltoall %d: %s", it, ul_comm_last_error(c));
       for (int r = 0; r < n; r++)
         for (size_t i = 0; i < cnt; i++)
-          RUN_AHEAD_CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 1000000 + me * 10000 + it + (int)i),
+          CHECK(out[(size_t)r * cnt + i] == (int32_t)(r * 1000000 + me * 10000 + it + (int)i),
                 "rank %d alltoall %d from %d [%zu] = %d", me, it, r, i, out[(size_t)r * cnt + i]);
     } else { /* reduce_scatter */
       for (int p = 0; p < n; p++)
         for (size_t i = 0; i < cnt; i++) in[(size_t)p * cnt + i] = (int32_t)(me + p * 3 + it + (int)i);
-      RUN_AHEAD_CHECK(ul_reduce_scatter(in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
+      CHECK(ul_reduce_scatter(in, out, cnt, UL_INT32, UL_SUM, c, NULL) == UL_OK,
             "reduce_scatter %d: %s", it, ul_comm_last_error(c));
       for (size_t i = 0; i < cnt; i++) {
         int32_t want = (int32_t)(n * (n - 1) / 2 + n * (me * 3 + it + (int)i));
-        RUN_AHEAD_CHECK(out[i] == want, "rank %d reduce_scatter %d [%zu] = %d, expected %d", me, it, i,
+        CHECK(out[i] == want, "rank %d reduce_scatter %d [%zu] = %d, expected %d", me, it, i,
               out[i], want);
       }
     }
     /* the path under test ran: the line algorithm up to 4144 bytes a peer, not past it */
-    RUN_AHEAD_CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+    CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
     if (n > 1)
-      RUN_AHEAD_CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 4144),
+      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 4144),
             "rank %d op %d count %zu ran '%s'", me, it, cnt, info.algorithm);
   }
   return 0;
@@ -111,14 +112,14 @@ static inline int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
       out[i] = me == root && inplace ? in[i] : -1;
     }
     ul_call_info_t info = {.struct_size = sizeof info};
-    RUN_AHEAD_CHECK(ul_broadcast(inplace ? out : in, out, cnt, UL_INT32, root, c, NULL) == UL_OK,
+    CHECK(ul_broadcast(inplace ? out : in, out, cnt, UL_INT32, root, c, NULL) == UL_OK,
           "bcast %d: %s", it, ul_comm_last_error(c));
     for (size_t i = 0; i < cnt; i++)
-      RUN_AHEAD_CHECK(out[i] == (int32_t)(root * 100000 + it * 10 + (int)i),
+      CHECK(out[i] == (int32_t)(root * 100000 + it * 10 + (int)i),
             "rank %d bcast %d (root %d, %zu) [%zu] = %d", me, it, root, cnt, i, out[i]);
-    RUN_AHEAD_CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
+    CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
     if (n > 1)
-      RUN_AHEAD_CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 1064),
+      CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 1064),
             "rank %d bcast %d count %zu ran '%s'", me, it, cnt, info.algorithm);
   }
   return 0;

@@ -130,35 +130,23 @@ static int all_colls(ul_comm_t c, int me, int n, size_t count, int exported,
   return 0;
 }
 
-static int comm_up(ul_unique_id_t id, int n, int me, ul_comm_t *c) {
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.timeout_ms = 60000;
-  STEP(1, ul_comm_init_rank(c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
-  return 0;
-}
-
-static int comm_down(ul_comm_t c, int me) {
-  STEP(2, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
-  ul_comm_destroy(c);
-  return 0;
-}
 
 /* 2 ranks, private buffers, chosen by the core: several pieces (a channel chunk is
  * 256 KiB) with a short last one, then 3 MiB a rank (outputs of 6 MiB and more are
  * stored streaming). */
 static int rank_private(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   int bad = all_colls(c, me, n, 3 * 65536 + 13, 0, "bounce", "shm-copy");
   if (!bad) bad = all_colls(c, me, n, (size_t)3 << 18, 0, "bounce", "shm-copy");
   if (bad) return bad;
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* 3 ranks, forced: counts below the rank count leave slices empty. */
 static int rank_forced_small(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   setenv("UNILINK_ALGO",
          "allreduce:bounce,reduce_scatter:bounce,allgather:bounce,broadcast:bounce,"
          "alltoall:bounce",
@@ -169,33 +157,33 @@ static int rank_forced_small(ul_unique_id_t id, int n, int me) {
     if (bad) return bad;
   }
   unsetenv("UNILINK_ALGO");
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* Rank 0's buffers from ul_mem_alloc, rank 1's from malloc: peers cannot map all of
  * them, so the direct algorithms hand over to bounce on both ranks alike. */
 static int rank_mixed(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   int bad = all_colls(c, me, n, 3 * 65536 + 13, me == 0, "bounce", "shm-copy");
   if (bad) return bad;
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* Every buffer from ul_mem_alloc: the direct algorithms read and write them mapped. */
 static int rank_exported(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   int bad = all_colls(c, me, n, 3 * 65536 + 13, 1, "direct", "zero-copy");
   if (bad) return bad;
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* UNILINK_TUNING_FILE's bounce_from (1 MiB, from the test below): private buffers below
  * it keep the direct algorithm's single copies, from it on they bounce; exact either way. */
 static int rank_tuned_bounce_from(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   /* 256 KiB + 52 B a rank: every collective's largest buffer is below 1 MiB */
   int bad = all_colls(c, me, n, 65536 + 13, 0, "direct", "cma");
   if (bad) return bad;
@@ -204,14 +192,14 @@ static int rank_tuned_bounce_from(ul_unique_id_t id, int n, int me) {
   /* 1 MiB + 52 B a rank: every one at or above it */
   bad = all_colls(c, me, n, ((size_t)1 << 18) + 13, 0, "bounce", "shm-copy");
   if (bad) return bad;
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* UNILINK_ALGO with a bare algorithm name applies to every collective that has it (as
  * NCCL_ALGO=Ring does); one no collective has is refused by the call, naming it. */
 static int rank_bare_name(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   setenv("UNILINK_ALGO", "bounce", 1);
   int bad = all_colls(c, me, n, 100, 0, "bounce", "shm-copy");
   if (bad) return bad;
@@ -226,7 +214,7 @@ static int rank_bare_name(ul_unique_id_t id, int n, int me) {
   STEP(32, rc == UL_ERR_INVALID_ARG && strstr(ul_comm_last_error(c), "'bouncy'"),
        "unknown bare name: %s: %s", ul_result_name(rc), ul_comm_last_error(c));
   unsetenv("UNILINK_ALGO");
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* Which path private buffers take needs single copy to be possible at all (else the
@@ -285,13 +273,13 @@ Test(bounce, tuning_file_keeps_single_copies_below_bounce_from, .timeout = 180) 
 /* Ranks outnumbering CPUs keep single copies at 1 MiB without a measurement. */
 static int rank_oversubscribed_untuned(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  if (comm_up(id, n, me, &c)) return 1;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   int bad = all_colls(c, me, n, ((size_t)1 << 18) + 13, 0, "direct", "cma");
   if (bad) return bad;
   ul_call_info_t info = last_call(c);
   STEP(41, strstr(info.reason, "not measured") && strstr(info.reason, "calibrate-host.sh"),
        "reason: %s", info.reason);
-  return comm_down(c, me);
+  return fork_ranks_comm_down(c, me);
 }
 
 /* ... and bounce where the tuning file measured that bouncing pays (decision 0014,
@@ -357,7 +345,7 @@ static int rank_fused(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
   if (hostcount_up(id, n, me, &c)) return 1;
   int bad = fused_phases(c, me, n);
-  return bad ? bad : comm_down(c, me);
+  return bad ? bad : fork_ranks_comm_down(c, me);
 }
 
 Test(bounce, large_reductions_store_in_one_pass, .timeout = 180) {
@@ -382,7 +370,7 @@ static int rank_l2_pieces(ul_unique_id_t id, int n, int me) {
        "piece %zu for L2 %zu", g->piece_bytes, g->l2_bytes);
   int bad = fused_phases(c, me, n);
   if (!bad) bad = all_colls(c, me, n, (size_t)3 << 18, 0, "bounce", "shm-copy");
-  return bad ? bad : comm_down(c, me);
+  return bad ? bad : fork_ranks_comm_down(c, me);
 }
 
 Test(bounce, pieces_follow_the_level2_cache, .timeout = 180) {

@@ -78,14 +78,6 @@ static int32_t val(int rank, size_t i) { return (int32_t)((rank + 1) * 3 + (int)
 static const size_t counts[] = {0, 1, 7, 1023, 65537, 300001};
 #define NCOUNTS (sizeof counts / sizeof counts[0])
 
-#define CHECK(cond, ...)                                                                         \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      fprintf(stderr, __VA_ARGS__);                                                              \
-      fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                                         \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
 
 static int all_collectives(ul_comm_t c, int me, int n) {
   for (size_t ci = 0; ci < NCOUNTS; ci++) {

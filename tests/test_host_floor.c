@@ -295,11 +295,10 @@ Test(floor, threads_stream_and_spread_large_outputs, .timeout = 120) {
 
 /* Without peer ops: no single-copy path, so the direct algorithms are not chosen and
  * not forceable; a large allreduce runs through the shared scratch, exact. */
+
 static int rank_old(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.timeout_ms = 30000;
-  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   STEP(2, c->generic && c->generic->cma == 0, "single-copy reported without the ops");
   ul_call_info_t info;
   int bad = big_allreduce(c, me, n, &info);
@@ -313,17 +312,13 @@ static int rank_old(ul_unique_id_t id, int n, int me) {
   STEP(5, rc == UL_ERR_UNSUPPORTED, "forced direct: %s", ul_result_name(rc));
   STEP(6, strstr(ul_comm_last_error(c), "reach each other's buffers") != NULL, "sentence: %s",
        ul_comm_last_error(c));
-  STEP(7, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
-  ul_comm_destroy(c);
-  return 0;
+  return fork_ranks_comm_down(c, me);
 }
 
 /* With them: the direct allreduce over single copies, exact; then the ops themselves. */
 static int rank_new(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.timeout_ms = 30000;
-  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   const ul_backend_ops_t *o = &c->backend->ops;
   int ready = 0;
   STEP(2, o->peer_copy_ready(c->bcomm, &ready) == UL_OK && ready == 1, "peer_copy_ready %d",
@@ -370,9 +365,7 @@ static int rank_new(ul_unique_id_t id, int n, int me) {
     STEP(13, mine[2] == 0xabc0 + (uint64_t)me && mine[3] == 0xdef0 + (uint64_t)me,
          "peer_write did not land: %llx %llx", (unsigned long long)mine[2],
          (unsigned long long)mine[3]);
-  STEP(14, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
-  ul_comm_destroy(c);
-  return 0;
+  return fork_ranks_comm_down(c, me);
 }
 
 
@@ -393,15 +386,11 @@ Test(floor, processes_with_peer_ops_take_single_copy, .timeout = 120) {
  * broadcasts are laid end to end there. */
 static int rank_old_lines(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
-  ul_config_t cfg = UL_CONFIG_INIT;
-  cfg.timeout_ms = 30000;
-  STEP(1, ul_comm_init_rank(&c, &cfg, n, id, me) == UL_OK, "init: %s", ul_last_error());
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   STEP(2, c->generic && c->generic->wait_word == 0, "wait_word reported without the op");
   STEP(3, line_run_ahead(c, me, n) == 0, "line run ahead failed (message above)");
   STEP(4, line_broadcast_run_ahead(c, me, n) == 0, "broadcast run ahead failed (message above)");
-  STEP(5, ul_barrier(c, NULL) == UL_OK, "barrier: %s", ul_comm_last_error(c));
-  ul_comm_destroy(c);
-  return 0;
+  return fork_ranks_comm_down(c, me);
 }
 
 Test(floor, processes_without_wait_word_signal_flagged_lines, .timeout = 200) {
