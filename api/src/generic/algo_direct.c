@@ -112,10 +112,10 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
    * bounced, 30.6 ms single-copy) and wins now (22-27 ms against 32-40, stop 34). */
   size_t from = x->g->bounce_from[x->a->coll];
   int measured = from != UL__UNTUNED;
-  int private = bounce && !x->forced && x->cma && x->g->shared_scratch && !x->g->load_store &&
-                !all_exported(x);
-  int hand_over = private && (measured || !x->g->oversubscribed);
-  x->unmeasured = private && !hand_over;
+  int would_bounce = bounce && !x->forced && x->cma && x->g->shared_scratch &&
+                     !x->g->load_store && !all_exported(x);
+  int hand_over = would_bounce && (measured || !x->g->oversubscribed);
+  x->unmeasured = would_bounce && !hand_over;
   if (!measured) from = 0;
   x->single_below = hand_over && (sb > rb ? sb : rb) < from ? from : 0;
   x->bounce = hand_over && !x->single_below ? bounce : NULL;
