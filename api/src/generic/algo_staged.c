@@ -187,6 +187,13 @@ UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
  * epoch to each peer, after the lines, and its readers wait for that. */
 #define LINE_SPIN 256
 
+/* Whether a writer of flagged lines signals its readers after them, the same on every
+ * rank: where the backend cannot wait on a line's flag itself (no wait_word), and for
+ * broadcasts in slots of lines, whose signal paces the root (ul__line_broadcast). */
+static int lines_signalled(const ul__generic_t *g, int slotted_broadcast) {
+  return !g->wait_word || slotted_broadcast;
+}
+
 static char *line_at(const ul__generic_t *g, void *base, int src, uint64_t k, int i) {
   return (char *)base + g->ll_off +
          (((size_t)src * 2 + (size_t)(k & 1)) * UL__LL_LINES + (size_t)i) * UL__LL_LINE;
@@ -248,7 +255,7 @@ static ul_result_t lines_read(algo_ctx_t *x, const char *line, size_t off, uint6
 
 /* Rank q's data for epoch k, from this rank's own scratch into dst. */
 static ul_result_t line_pull(algo_ctx_t *x, int q, uint64_t k, void *dst, size_t b) {
-  int sig = x->g->wait_word ? -1 : UL__SIG_LL(x->g, q); /* as in ul__line_small */
+  int sig = lines_signalled(x->g, 0) ? UL__SIG_LL(x->g, q) : -1;
   return lines_read(x, line_at(x->g, x->g->scratch, q, k, 0), 0, k, q, sig, k, dst, b);
 }
 
@@ -272,7 +279,7 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
     lines_write(line_at(g, g->peer_bases[p], me, k, 0), 0, k,
                 blocks ? at(a->sendbuf, (size_t)p * a->count, x->esize) : a->sendbuf, cb);
   }
-  for (int i = 1; i < n && !g->wait_word; i++) /* readers wait on the lines themselves */
+  for (int i = 1; i < n && lines_signalled(g, 0); i++)
     UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LL(g, me), x->bs));
   if (a->coll == UL_COLL_ALLGATHER || a->coll == UL_COLL_ALLTOALL) {
     for (int r = 0; r < n; r++) {
@@ -377,7 +384,7 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   size_t cb = ul__line_bytes(x), off;
   ul__lb_state_t *s = &g->lb[root];
   uint64_t j = s->count++, first;
-  int signalled = !(bcast_packed(cb) && g->wait_word); /* every rank decides alike */
+  int signalled = lines_signalled(g, !bcast_packed(cb));
   if (signalled) s->signalled++;
   bcast_place(s, cb, g->oversubscribed, &first, &off);
   uint64_t last = s->line; /* the broadcast's lines: first .. last */
