@@ -175,6 +175,7 @@ static ul_result_t comm_finish_setup(ul_comm_t c) {
   if (c->props.struct_size == 0) c->props.struct_size = sizeof c->props;
   if (c->props.device != UL_CONFIG_UNDEF) c->device = c->props.device;
   if (c->props.path[0] == '\0') snprintf(c->props.path, sizeof c->props.path, "%s", "default");
+  c->props.path[sizeof c->props.path - 1] = '\0'; /* every call copies all 32 bytes */
   return ul__generic_init(c);
 }
 

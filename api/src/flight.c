@@ -33,7 +33,10 @@ void ul__flight_end(ul_comm_t c, ul_result_t rc, const ul_call_info_t *info) {
   e->end_ms = flight_now_ms();
   e->rc = rc;
   if (info->bytes) e->bytes = info->bytes;
-  ul__copy_str(e->algorithm, sizeof e->algorithm, info->algorithm);
+  /* a fixed-size copy, no strlen: bytes after a terminator are never read */
+  _Static_assert(sizeof e->algorithm <= sizeof info->algorithm, "flight algorithm too long");
+  memcpy(e->algorithm, info->algorithm, sizeof e->algorithm);
+  e->algorithm[sizeof e->algorithm - 1] = '\0';
 }
 
 static const char *flight_state(ul_result_t rc) {

@@ -23,7 +23,7 @@ enum {
 
 typedef struct algo_entry {
   ul_coll_t coll;
-  const char *name;
+  char name[UL__ALGO_NAME_LEN]; /* an array: every call copies it, without a strlen */
   int needs;
   ul_result_t (*run)(algo_ctx_t *x);
 } algo_entry_t;
@@ -269,7 +269,9 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
   } else if (!g->load_store && g->shared_scratch && a->coll != UL_COLL_BARRIER) {
     ul__copy_str(info->path, sizeof info->path, "shm-copy");
   }
-  ul__copy_str(info->algorithm, sizeof info->algorithm, al->name);
+  _Static_assert(sizeof al->name < sizeof info->algorithm, "algorithm name too long");
+  memcpy(info->algorithm, al->name, sizeof al->name);
+  info->algorithm[sizeof al->name] = '\0';
   ul_result_t rc = al->run(&x);
   if (x.bounce) { /* the direct algorithm handed over to a bounce one (algo_direct.c) */
     ul__copy_str(info->algorithm, sizeof info->algorithm, "bounce");
