@@ -210,6 +210,9 @@ const char *host_errstr(int err, char *buf, size_t len);
  * reached; 0 for barriers, where arriving is all a peer contributes. */
 ul_result_t host_wait_geq(const host_waiter_t *w, host_slot_t *slot, uint64_t target,
                           int staged, host_wait_fail_t *fail);
+/* The first rank other than self whose abort flag is set in ctrl, or -1: the check
+ * host_wait_geq makes first when data is staged. */
+int host_aborted_peer(const host_ctrl_t *ctrl, int nranks, int self);
 /* Wait until *word >= target, a word its writer stores without waking anyone: polled
  * between short sleeps, with host_wait_geq's checks; nothing staged behind it. */
 ul_result_t host_wait_word_geq(const host_waiter_t *w, const _Atomic uint64_t *word,

@@ -63,8 +63,13 @@ ul_result_t host_wait_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int i
   (void)s;
   UL_CHECK(host_p2p_index(c, w, index));
   host_slot_t *slot = &w->sig[(size_t)w->self * (size_t)w->nsig + (size_t)index];
-  /* No fast path here: host_wait_geq first checks that no peer aborted (a value reached
-   * before a peer aborted does not make its staged data valid). */
+  /* host_wait_geq's checks when nothing is left to wait for, without setting up a wait:
+   * first that no peer aborted (a value reached before a peer aborted does not make its
+   * staged data valid), then the value. The generic layer makes this check before every
+   * small collective. */
+  if ((!c->ctrl || host_aborted_peer(c->ctrl, c->nranks, c->rank) < 0) &&
+      atomic_load_explicit(&slot->value, memory_order_acquire) >= value)
+    return UL_OK;
   host_waiter_t wt;
   host_waiter_for_comm(c, &wt, 0);
   wt.shared = w->futex_shared;

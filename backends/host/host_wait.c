@@ -121,6 +121,13 @@ static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *wha
   return UL_OK;
 }
 
+int host_aborted_peer(const host_ctrl_t *ctrl, int nranks, int self) {
+  for (int p = 0; p < nranks; p++)
+    if (p != self && atomic_load_explicit(&ctrl->ranks[p].aborted, memory_order_acquire))
+      return p;
+  return -1;
+}
+
 /* host_wait_geq and host_wait_word_geq: *value >= target, sleeping on slot's futex
  * (slot NULL: polling between short sleeps). */
 static ul_result_t host_wait_value(const host_waiter_t *w, const _Atomic uint64_t *value,
@@ -134,14 +141,13 @@ static ul_result_t host_wait_value(const host_waiter_t *w, const _Atomic uint64_
    * ranks free it), so the communicator is broken even when the value is reached. A
    * barrier is the exception: it stages nothing, and a peer that arrived and then aborted
    * (say, right after its init returned) must not fail the others' init. */
-  if (w->ctrl && staged)
-    for (int p = 0; p < w->nranks; p++)
-      if (p != w->self && atomic_load_explicit(&w->ctrl->ranks[p].aborted, memory_order_acquire)) {
-        fail->rank = p;
-        fail->pid = w->ctrl->ranks[p].pid;
-        fail->aborted = 1;
-        return UL_ERR_PEER_LOST;
-      }
+  int p = w->ctrl && staged ? host_aborted_peer(w->ctrl, w->nranks, w->self) : -1;
+  if (p >= 0) {
+    fail->rank = p;
+    fail->pid = w->ctrl->ranks[p].pid;
+    fail->aborted = 1;
+    return UL_ERR_PEER_LOST;
+  }
   host_wait_ctx_t x = {w, value, slot, target, fail};
   const ulbu_waiter_t how = {
       .arg = &x,
