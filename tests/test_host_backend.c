@@ -609,6 +609,8 @@ typedef struct init_pair {
   int rank;
   ul_backend_comm_t *c;
   ul_result_t rc;
+  int window;             /* also register a 128-byte window with 32 signals */
+  ul_backend_window_t *w;
 } init_pair_t;
 
 static void *init_pair_main(void *p) {
@@ -616,18 +618,28 @@ static void *init_pair_main(void *p) {
   ul_backend_comm_args_t a = make_args(t->id, t->rank, 2, 10000, NULL);
   ul_backend_comm_props_t props = make_props();
   t->rc = H->comm_init(&a, &t->c, &props);
+  static char bufs[2][128];
+  void *pb[2];
+  if (t->rc == UL_OK && t->window)
+    t->rc = H->window_register(t->c, bufs[t->rank], 128, 32, &t->w, pb);
   return NULL;
+}
+
+/* Two thread ranks of a new communicator (id), with windows if asked. */
+static void init_pair_run(init_pair_t t[2], const unsigned char *id, int window) {
+  for (int r = 0; r < 2; r++) t[r] = (init_pair_t){id, r, NULL, UL_OK, window, NULL};
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, init_pair_main, &t[r]), 0);
+  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 2; r++) cr_assert_eq(t[r].rc, UL_OK, "init rank %d: %s", r, ul_last_error());
 }
 
 Test(host_backend, barrier_reached_before_a_peer_aborted, .timeout = 20) {
   need_host();
   unsigned char id[PAYLOAD];
   make_id(id);
-  init_pair_t t[2] = {{id, 0, NULL, UL_OK}, {id, 1, NULL, UL_OK}};
-  pthread_t th[2];
-  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, init_pair_main, &t[r]), 0);
-  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < 2; r++) cr_assert_eq(t[r].rc, UL_OK, "init rank %d: %s", r, ul_last_error());
+  init_pair_t t[2];
+  init_pair_run(t, id, 0);
   /* Rank 0's half of host_comm_barrier: arrive, then leave and abort. */
   t[0].c->barrier_epoch++;
   host_slot_add(&t[0].c->ctrl->barrier, 1, t[0].c->ctrl_shared);
@@ -644,34 +656,12 @@ Test(host_backend, barrier_reached_before_a_peer_aborted, .timeout = 20) {
 /* A wait for a value already reached is the generic layer's check, before every small
  * collective, that no peer aborted (it then writes into peers' scratch): the host
  * backend answers it without setting up a wait, and must still see the abort. */
-typedef struct win_pair {
-  const unsigned char *id;
-  int rank;
-  ul_backend_comm_t *c;
-  ul_backend_window_t *w;
-  ul_result_t rc;
-} win_pair_t;
-
-static void *win_pair_main(void *p) {
-  win_pair_t *t = p;
-  ul_backend_comm_args_t a = make_args(t->id, t->rank, 2, 10000, NULL);
-  ul_backend_comm_props_t props = make_props();
-  t->rc = H->comm_init(&a, &t->c, &props);
-  static char bufs[2][128];
-  void *pb[2];
-  if (t->rc == UL_OK) t->rc = H->window_register(t->c, bufs[t->rank], 128, 32, &t->w, pb);
-  return NULL;
-}
-
 Test(host_backend, reached_signal_wait_sees_an_aborted_peer, .timeout = 20) {
   need_host();
   unsigned char id[PAYLOAD];
   make_id(id);
-  win_pair_t t[2] = {{id, 0, NULL, NULL, UL_OK}, {id, 1, NULL, NULL, UL_OK}};
-  pthread_t th[2];
-  for (int r = 0; r < 2; r++) cr_assert_eq(pthread_create(&th[r], NULL, win_pair_main, &t[r]), 0);
-  for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < 2; r++) cr_assert_eq(t[r].rc, UL_OK, "rank %d: %s", r, ul_last_error());
+  init_pair_t t[2];
+  init_pair_run(t, id, 1);
   ul_result_t rc = H->wait_signal(t[1].c, t[1].w, 1, 0, NULL);
   cr_assert_eq(rc, UL_OK, "before the abort: %s", ul_result_name(rc));
   cr_assert_eq(H->comm_abort(t[0].c), UL_OK);
