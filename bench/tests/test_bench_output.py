@@ -44,10 +44,11 @@ def check_table(res, nranks, label, expect_sizes=None):
             check(s["wrong"] == 0, "%s: #wrong %s at %d" % (label, s["wrong"], r["size"]))
             check(s["time"] is not None and s["time"] > 0, "%s: time %s" % (label, s["time"]))
             # algbw = size / time, from the unrounded time: the printed time is off by up
-            # to half its last digit (2 decimals below 1e4 us, fewer above: 7 columns),
-            # which at 0.34 us is 1.5% of algbw, so the bound follows from that digit
+            # to half its last digit (bench_format_num, 7 columns: 2 decimals below 1e4 us,
+            # 1 below 1e5, none below 1e7, then a 1-decimal exponent), which at 0.34 us is
+            # 1.5% of algbw, so the bound follows from that digit
             t = s["time"]
-            half = 0.005 if t < 1e4 else 0.05 if t < 1e5 else 0.5 if t < 1e6 else 0.05 * t
+            half = 0.005 if t < 1e4 else 0.05 if t < 1e5 else 0.5 if t < 1e7 else 0.05 * t
             alg = r["size"] / 1e9 / (t * 1e-6)
             lo = r["size"] / 1e3 / (t + half)
             hi = r["size"] / 1e3 / (t - half) if t > half else float("inf")
