@@ -122,7 +122,7 @@ typedef struct bench_run {
   bench_roof_t roof;        /* host capacity per working-set size (roof.n 0: none); after
                                the sweep, the larger of it and roof_after per size */
   bench_roof_t roof_after;  /* measured again after the sweep (roof_after.n 0: not) */
-  double line_rtt_ns;       /* cache-line round trip between CPUs 0 and 1; 0 if none */
+  bench_line_floor_t line_floor; /* 2-rank exchange floors between CPUs 0 and 1; 0 if none */
   int want_roof;            /* host backend: measure the roof (bench_roof_set) */
   int printing;             /* this process prints the nccl-tests table */
   int fault_wrong;          /* UNILINK_BENCH_FAULT=wrong test hook */

@@ -186,65 +186,116 @@ void bench_measure_roof(bench_roof_t *roof) {
   roof->cpus = __builtin_popcountll(cpus);
 }
 
-/* Two threads on CPUs 0 and 1 pass a counter back and forth through two cache lines:
- * each round trip is one line transfer each way, the least a 2-rank exchange of any size
- * costs (an 8-byte allreduce: each rank's line to the other). */
-typedef struct bench_pingpong {
-  _Alignas(64) _Atomic uint64_t ping;
-  _Alignas(64) _Atomic uint64_t pong;
-  _Alignas(64) int rounds;
-  _Atomic int ready;
-} bench_pingpong_t;
+/* Two threads on CPUs 0 and 1, each with its own cache lines, time the least a 2-rank
+ * exchange costs, three ways:
+ *  - round trip: a counter passed back and forth (one line transfer each way, in turn);
+ *  - exchange: both store their line, then wait for the other's (a back-to-back 8-byte
+ *    allreduce's floor: the two transfers overlap);
+ *  - synchronized: a flag barrier (one line each way), then one timed exchange, as
+ *    --sync-per-call times a call; per iteration the slower thread's time, median. The
+ *    rank that leaves the barrier first waits for the other to see the barrier and for
+ *    that rank's line to come back, so this floor lies between one and two transfers.
+ * Lines 128 bytes apart: some CPUs fetch lines in pairs. */
+enum { FLOOR_RTT = 0, FLOOR_EXCHANGE = 1, FLOOR_BARRIER = 2, FLOOR_SYNC = 3, FLOOR_LINES = 4 };
+#define FLOOR_ROUNDS 20000
+#define FLOOR_SYNC_ROUNDS 5000
 
-static void *bench_pong_thread(void *p) {
-  bench_pingpong_t *x = p;
-  atomic_fetch_add(&x->ready, 1);
-  for (uint64_t i = 1; i <= (uint64_t)x->rounds; i++) {
-    while (atomic_load_explicit(&x->ping, memory_order_acquire) < i) {
-    }
-    atomic_store_explicit(&x->pong, i, memory_order_release);
+typedef struct bench_floor_run {
+  _Alignas(128) struct {
+    _Alignas(128) _Atomic uint64_t v;
+  } line[FLOOR_LINES][2]; /* [pattern][thread] */
+  _Atomic int ready;
+  double rtt_ns, exchange_ns; /* thread 0's */
+  double *sync_ns[2];        /* per iteration, per thread */
+} bench_floor_run_t;
+
+typedef struct bench_floor_arg {
+  bench_floor_run_t *x;
+  int me;
+} bench_floor_arg_t;
+
+static void floor_wait(_Atomic uint64_t *v, uint64_t target) {
+  while (atomic_load_explicit(v, memory_order_acquire) < target) {
   }
-  return NULL;
 }
 
-typedef struct bench_ping_arg {
-  bench_pingpong_t *x;
-  double ns; /* per round trip */
-} bench_ping_arg_t;
-
-static void *bench_ping_thread(void *p) {
-  bench_ping_arg_t *a = p;
-  bench_pingpong_t *x = a->x;
+static void *bench_floor_thread(void *p) {
+  bench_floor_arg_t *a = p;
+  bench_floor_run_t *x = a->x;
+  int me = a->me, peer = !me;
   atomic_fetch_add(&x->ready, 1);
   while (atomic_load(&x->ready) < 2) {
   }
+  /* round trip: thread 0 pings, thread 1 answers */
   double t0 = bench_membw_now();
-  for (uint64_t i = 1; i <= (uint64_t)x->rounds; i++) {
-    atomic_store_explicit(&x->ping, i, memory_order_release);
-    while (atomic_load_explicit(&x->pong, memory_order_acquire) < i) {
+  for (uint64_t i = 1; i <= FLOOR_ROUNDS; i++) {
+    if (me == 0) {
+      atomic_store_explicit(&x->line[FLOOR_RTT][0].v, i, memory_order_release);
+      floor_wait(&x->line[FLOOR_RTT][1].v, i);
+    } else {
+      floor_wait(&x->line[FLOOR_RTT][0].v, i);
+      atomic_store_explicit(&x->line[FLOOR_RTT][1].v, i, memory_order_release);
     }
   }
-  a->ns = (bench_membw_now() - t0) * 1e9 / x->rounds;
+  if (me == 0) x->rtt_ns = (bench_membw_now() - t0) * 1e9 / FLOOR_ROUNDS;
+  t0 = bench_membw_now();
+  for (uint64_t i = 1; i <= FLOOR_ROUNDS; i++) {
+    atomic_store_explicit(&x->line[FLOOR_EXCHANGE][me].v, i, memory_order_release);
+    floor_wait(&x->line[FLOOR_EXCHANGE][peer].v, i);
+  }
+  if (me == 0) x->exchange_ns = (bench_membw_now() - t0) * 1e9 / FLOOR_ROUNDS;
+  for (uint64_t i = 1; i <= FLOOR_SYNC_ROUNDS; i++) {
+    atomic_store_explicit(&x->line[FLOOR_BARRIER][me].v, i, memory_order_release);
+    floor_wait(&x->line[FLOOR_BARRIER][peer].v, i);
+    double ti = bench_membw_now();
+    atomic_store_explicit(&x->line[FLOOR_SYNC][me].v, i, memory_order_release);
+    floor_wait(&x->line[FLOOR_SYNC][peer].v, i);
+    x->sync_ns[me][i - 1] = (bench_membw_now() - ti) * 1e9;
+  }
   return NULL;
 }
 
-double bench_measure_line_rtt(void) {
-  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return 0.0; /* one CPU: no transfer to time */
-  double best = 0.0;
-  for (int rep = 0; rep < 3; rep++) {
-    bench_pingpong_t x = {.rounds = 20000};
-    bench_ping_arg_t a = {&x, 0.0};
-    pthread_t th[2];
-    if (bench_spawn_on_cpu(&th[1], 1, bench_pong_thread, &x) != 0) return 0.0;
-    if (bench_spawn_on_cpu(&th[0], 0, bench_ping_thread, &a) != 0) {
-      /* release the pong thread: it waits for every ping */
-      atomic_store(&x.ping, (uint64_t)x.rounds);
-      pthread_join(th[1], NULL);
-      return 0.0;
-    }
-    pthread_join(th[0], NULL);
-    pthread_join(th[1], NULL);
-    if (a.ns > 0 && (best == 0.0 || a.ns < best)) best = a.ns;
+static int floor_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* One measurement of the three floors; 0 when the threads cannot be made. */
+static int bench_floor_once(bench_floor_run_t *x, bench_line_floor_t *f) {
+  bench_floor_arg_t a[2] = {{x, 0}, {x, 1}};
+  pthread_t th[2];
+  if (bench_spawn_on_cpu(&th[0], 0, bench_floor_thread, &a[0]) != 0) return 0;
+  int spawned = bench_spawn_on_cpu(&th[1], 1, bench_floor_thread, &a[1]) == 0;
+  if (!spawned) bench_floor_thread(&a[1]); /* thread 0 waits for a partner: be it here */
+  pthread_join(th[0], NULL);
+  if (spawned) pthread_join(th[1], NULL);
+  for (int i = 0; i < FLOOR_SYNC_ROUNDS; i++)
+    if (x->sync_ns[1][i] > x->sync_ns[0][i]) x->sync_ns[0][i] = x->sync_ns[1][i];
+  qsort(x->sync_ns[0], FLOOR_SYNC_ROUNDS, sizeof(double), floor_cmp);
+  f->rtt_ns = x->rtt_ns;
+  f->exchange_ns = x->exchange_ns;
+  f->sync_ns = x->sync_ns[0][FLOOR_SYNC_ROUNDS / 2];
+  return 1;
+}
+
+int bench_measure_line_floor(bench_line_floor_t *f) {
+  memset(f, 0, sizeof *f);
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return 0; /* one CPU: no transfer to time */
+  bench_floor_run_t *x = aligned_alloc(128, sizeof *x);
+  double *times = malloc(2 * FLOOR_SYNC_ROUNDS * sizeof *times);
+  int ok = x && times;
+  for (int rep = 0; ok && rep < 3; rep++) { /* best of 3, each figure on its own */
+    memset(x, 0, sizeof *x);
+    x->sync_ns[0] = times;
+    x->sync_ns[1] = times + FLOOR_SYNC_ROUNDS;
+    bench_line_floor_t one;
+    ok = bench_floor_once(x, &one);
+    if (ok && (rep == 0 || one.rtt_ns < f->rtt_ns)) f->rtt_ns = one.rtt_ns;
+    if (ok && (rep == 0 || one.exchange_ns < f->exchange_ns)) f->exchange_ns = one.exchange_ns;
+    if (ok && (rep == 0 || one.sync_ns < f->sync_ns)) f->sync_ns = one.sync_ns;
   }
-  return best;
+  free(x);
+  free(times);
+  if (!ok) memset(f, 0, sizeof *f);
+  return ok;
 }

@@ -24,10 +24,18 @@ extern "C" {
  *  measured. */
 void bench_measure_roof(bench_roof_t *roof);
 
-/** Round trip of one cache line between CPUs 0 and 1 (a counter passed back and forth by
- *  two pinned threads, best of 3 of 20000), in ns: the floor of a 2-rank exchange. 0 with
- *  one CPU or when the threads cannot be made. */
-double bench_measure_line_rtt(void);
+/** The least a 2-rank exchange of one cache line costs between CPUs 0 and 1, in ns
+ *  (two pinned threads, flags only, best of 3): */
+typedef struct bench_line_floor {
+  double rtt_ns;      /**< round trip: one line each way, in turn (20000 rounds) */
+  double exchange_ns; /**< both send, both wait, back to back (20000 rounds) */
+  double sync_ns;     /**< flag barrier, then one timed exchange: the slower thread's time,
+                           median of 5000 (what --sync-per-call times) */
+} bench_line_floor_t;
+
+/** Measures the floors; returns 0 (all zero) with one CPU or when the threads cannot be
+ *  made. */
+int bench_measure_line_floor(bench_line_floor_t *f);
 
 #ifdef __cplusplus
 }

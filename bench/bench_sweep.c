@@ -469,18 +469,18 @@ static void *bench_thread_main(void *p) {
 /* One roof per process, shared by its blocks: measured before the first sweep and
  * raised by every later measurement (bench_roof_again). */
 static bench_roof_t roof_cached = {.n = -1};
-static double line_rtt_cached;
+static bench_line_floor_t line_floor_cached;
 
 static void roof_use(bench_run_t *r) {
   r->roof = roof_cached;
-  r->line_rtt_ns = line_rtt_cached;
+  r->line_floor = line_floor_cached;
   r->membw = roof_cached.n > 0 ? roof_cached.gbs[roof_cached.n - 1] : 0.0;
 }
 
 void bench_roof_set(bench_run_t *r) {
   if (roof_cached.n < 0) {
     bench_measure_roof(&roof_cached);
-    line_rtt_cached = bench_measure_line_rtt();
+    bench_measure_line_floor(&line_floor_cached);
   }
   roof_use(r);
 }

@@ -334,11 +334,18 @@ Test(bench_factors, roof_measured_on_two_cpus_from_a_bound_process, .timeout = 1
   cr_expect_eq(roof.cpus, 2, "the measuring threads ran on %d CPU(s)", roof.cpus);
 }
 
-/* The cache-line round trip between two CPUs: a positive time, below a millisecond (one
- * line each way; a thread that never ran would hang the loop or read 0). */
-Test(bench_factors, line_round_trip_measured, .timeout = 60) {
+/* The 2-rank floors between two CPUs: positive times below a millisecond (a thread that
+ * never ran would hang the loop or leave 0), and an exchange, whose two transfers
+ * overlap, below two round trips (transfers in turn). */
+Test(bench_factors, line_floors_measured, .timeout = 60) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU online");
-  double ns = bench_measure_line_rtt();
-  cr_expect_gt(ns, 0.0);
-  cr_expect_lt(ns, 1e6, "%g ns", ns);
+  bench_line_floor_t f;
+  cr_assert_eq(bench_measure_line_floor(&f), 1);
+  const double ns[] = {f.rtt_ns, f.exchange_ns, f.sync_ns};
+  for (int i = 0; i < 3; i++) {
+    cr_expect_gt(ns[i], 0.0, "floor %d", i);
+    cr_expect_lt(ns[i], 1e6, "floor %d: %g ns", i, ns[i]);
+  }
+  cr_expect_lt(f.exchange_ns, 2 * f.rtt_ns, "exchange %g ns, round trip %g ns", f.exchange_ns,
+               f.rtt_ns);
 }
