@@ -186,19 +186,16 @@ void bench_measure_roof(bench_roof_t *roof) {
   roof->cpus = __builtin_popcountll(cpus);
 }
 
-/* Two threads on CPUs 0 and 1, each with its own cache lines, time the least a 2-rank
- * exchange costs, three ways:
+/* Two threads on CPUs 0 and 1, each with its own cache line, time the least a 2-rank
+ * exchange costs, two ways:
  *  - round trip: a counter passed back and forth (one line transfer each way, in turn);
- *  - exchange: both store their line, then wait for the other's (a back-to-back 8-byte
- *    allreduce's floor: the two transfers overlap);
- *  - synchronized: a flag barrier (one line each way), then one timed exchange, as
- *    --sync-per-call times a call; per iteration the slower thread's time, median. The
- *    rank that leaves the barrier first waits for the other to see the barrier and for
- *    that rank's line to come back, so this floor lies between one and two transfers.
+ *  - exchange: both store their line, then wait for the other's, back to back. The two
+ *    transfers overlap: one transfer a call, the floor of a 2-rank 8-byte allreduce in
+ *    nccl-tests' loop, and in a synchronized call too (the rank that starts first waits
+ *    for the line of the rank that starts last, at least one transfer).
  * Lines 128 bytes apart: some CPUs fetch lines in pairs. */
-enum { FLOOR_RTT = 0, FLOOR_EXCHANGE = 1, FLOOR_BARRIER = 2, FLOOR_SYNC = 3, FLOOR_LINES = 4 };
+enum { FLOOR_RTT = 0, FLOOR_EXCHANGE = 1, FLOOR_LINES = 2 };
 #define FLOOR_ROUNDS 20000
-#define FLOOR_SYNC_ROUNDS 5000
 
 typedef struct bench_floor_run {
   _Alignas(128) struct {
@@ -206,7 +203,6 @@ typedef struct bench_floor_run {
   } line[FLOOR_LINES][2]; /* [pattern][thread] */
   _Atomic int ready;
   double rtt_ns, exchange_ns; /* thread 0's */
-  double *sync_ns[2];        /* per iteration, per thread */
 } bench_floor_run_t;
 
 typedef struct bench_floor_arg {
@@ -244,24 +240,11 @@ static void *bench_floor_thread(void *p) {
     floor_wait(&x->line[FLOOR_EXCHANGE][peer].v, i);
   }
   if (me == 0) x->exchange_ns = (bench_membw_now() - t0) * 1e9 / FLOOR_ROUNDS;
-  for (uint64_t i = 1; i <= FLOOR_SYNC_ROUNDS; i++) {
-    atomic_store_explicit(&x->line[FLOOR_BARRIER][me].v, i, memory_order_release);
-    floor_wait(&x->line[FLOOR_BARRIER][peer].v, i);
-    double ti = bench_membw_now();
-    atomic_store_explicit(&x->line[FLOOR_SYNC][me].v, i, memory_order_release);
-    floor_wait(&x->line[FLOOR_SYNC][peer].v, i);
-    x->sync_ns[me][i - 1] = (bench_membw_now() - ti) * 1e9;
-  }
   return NULL;
 }
 
-static int floor_cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* One measurement of the three floors; 0 when the threads cannot be made. */
-static int bench_floor_once(bench_floor_run_t *x, bench_line_floor_t *f) {
+/* One measurement of both floors; 0 when the threads cannot be made. */
+static int bench_floor_once(bench_floor_run_t *x) {
   bench_floor_arg_t a[2] = {{x, 0}, {x, 1}};
   pthread_t th[2];
   if (bench_spawn_on_cpu(&th[0], 0, bench_floor_thread, &a[0]) != 0) return 0;
@@ -269,12 +252,6 @@ static int bench_floor_once(bench_floor_run_t *x, bench_line_floor_t *f) {
   if (!spawned) bench_floor_thread(&a[1]); /* thread 0 waits for a partner: be it here */
   pthread_join(th[0], NULL);
   if (spawned) pthread_join(th[1], NULL);
-  for (int i = 0; i < FLOOR_SYNC_ROUNDS; i++)
-    if (x->sync_ns[1][i] > x->sync_ns[0][i]) x->sync_ns[0][i] = x->sync_ns[1][i];
-  qsort(x->sync_ns[0], FLOOR_SYNC_ROUNDS, sizeof(double), floor_cmp);
-  f->rtt_ns = x->rtt_ns;
-  f->exchange_ns = x->exchange_ns;
-  f->sync_ns = x->sync_ns[0][FLOOR_SYNC_ROUNDS / 2];
   return 1;
 }
 
@@ -282,20 +259,14 @@ int bench_measure_line_floor(bench_line_floor_t *f) {
   memset(f, 0, sizeof *f);
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return 0; /* one CPU: no transfer to time */
   bench_floor_run_t *x = aligned_alloc(128, sizeof *x);
-  double *times = malloc(2 * FLOOR_SYNC_ROUNDS * sizeof *times);
-  int ok = x && times;
+  int ok = x != NULL;
   for (int rep = 0; ok && rep < 3; rep++) { /* best of 3, each figure on its own */
     memset(x, 0, sizeof *x);
-    x->sync_ns[0] = times;
-    x->sync_ns[1] = times + FLOOR_SYNC_ROUNDS;
-    bench_line_floor_t one;
-    ok = bench_floor_once(x, &one);
-    if (ok && (rep == 0 || one.rtt_ns < f->rtt_ns)) f->rtt_ns = one.rtt_ns;
-    if (ok && (rep == 0 || one.exchange_ns < f->exchange_ns)) f->exchange_ns = one.exchange_ns;
-    if (ok && (rep == 0 || one.sync_ns < f->sync_ns)) f->sync_ns = one.sync_ns;
+    ok = bench_floor_once(x);
+    if (ok && (rep == 0 || x->rtt_ns < f->rtt_ns)) f->rtt_ns = x->rtt_ns;
+    if (ok && (rep == 0 || x->exchange_ns < f->exchange_ns)) f->exchange_ns = x->exchange_ns;
   }
   free(x);
-  free(times);
   if (!ok) memset(f, 0, sizeof *f);
   return ok;
 }

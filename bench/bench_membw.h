@@ -25,12 +25,11 @@ extern "C" {
 void bench_measure_roof(bench_roof_t *roof);
 
 /** The least a 2-rank exchange of one cache line costs between CPUs 0 and 1, in ns
- *  (two pinned threads, flags only, best of 3): */
+ *  (two pinned threads, flags only, 20000 rounds, best of 3): */
 typedef struct bench_line_floor {
-  double rtt_ns;      /**< round trip: one line each way, in turn (20000 rounds) */
-  double exchange_ns; /**< both send, both wait, back to back (20000 rounds) */
-  double sync_ns;     /**< flag barrier, then one timed exchange: the slower thread's time,
-                           median of 5000 (what --sync-per-call times) */
+  double rtt_ns;      /**< round trip: one line each way, in turn */
+  double exchange_ns; /**< both store, both wait, back to back: one transfer a call, the
+                           floor of a 2-rank exchange in either timing method */
 } bench_line_floor_t;
 
 /** Measures the floors; returns 0 (all zero) with one CPU or when the threads cannot be

@@ -164,11 +164,11 @@ void bench_print_block_start(const bench_run_t *r) {
            r->membw);
   if (r->membw > 0) bench_print_roof("Roofline capacity by working set", &r->roof);
   if (r->line_floor.rtt_ns > 0) {
-    printf("# Cache-line round trip between CPUs 0 and 1: %.0f ns (the floor of a 2-rank "
-           "exchange: one line each way)\n", r->line_floor.rtt_ns);
-    printf("# 2-rank floor, flags only: %.0f ns back to back (both send, both wait), %.0f ns "
-           "synchronized (a flag barrier, then one exchange, the slower rank; as "
-           "--sync-per-call)\n", r->line_floor.exchange_ns, r->line_floor.sync_ns);
+    printf("# Cache-line round trip between CPUs 0 and 1: %.0f ns (one line each way, in "
+           "turn)\n", r->line_floor.rtt_ns);
+    printf("# 2-rank exchange floor, flags only: %.0f ns a call (both store a line, both wait "
+           "for the other's; the least a 2-rank 8 B allreduce takes in either timing "
+           "method)\n", r->line_floor.exchange_ns);
   }
 }
 
