@@ -442,7 +442,7 @@ static ul_result_t finish_call(ul_comm_t c, ul_result_t rc, ul_call_info_t *info
     ul__comm_set_error(c, rc, "%s; recent here: %s", head ? head + 3 : why, recent);
     ul__flight_dump(c);
   }
-  if (rc == UL_OK) c->backend->ops.annotate_call(c->bcomm, info); /* a stub: UNSUPPORTED */
+  if (rc == UL_OK && c->annotates) c->backend->ops.annotate_call(c->bcomm, info);
   else if (ul__fatal_error(rc)) c->sticky = rc;
   end_call_turn(c, fast, rc == UL_OK);
   return rc;

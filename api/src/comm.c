@@ -130,6 +130,7 @@ static ul_comm_t comm_alloc(ul__backend_t *be, const ul__config_t *cfg, int rank
   }
   c->magic = UL__COMM_MAGIC;
   c->backend = be;
+  c->annotates = !ul__op_is_stub((const void *)be->ops.annotate_call);
   c->config = *cfg;
   c->rank = rank;
   c->nranks = nranks;

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ typedef struct ul__log_cfg {
 static pthread_mutex_t ul__log_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ul__log_ready;                 /* cfg parsed */
 static atomic_int ul__log_level = UL_LOG_WARN;  /* cached level */
+int ul__log_max = INT_MAX; /* ul__log_level once read; INT_MAX before (ul_core.h) */
 static ul__log_cfg_t ul__log_cfg;               /* guarded by ul__log_lock */
 
 static int ul__is_core_subsys(const char *s) {
@@ -179,6 +181,7 @@ static void ul__log_load_locked(void) {
   if (lvl == NULL || lvl[0] == '\0') lvl = ul__param_default(UL__P_DEBUG);
   int ok = ul__log_parse_level(lvl, &level);
   atomic_store_explicit(&ul__log_level, level, memory_order_relaxed);
+  __atomic_store_n(&ul__log_max, (int)level, __ATOMIC_RELAXED);
   atomic_store_explicit(&ul__log_ready, 1, memory_order_release);
 
   char msg[512];

@@ -38,16 +38,22 @@ static inline void ul__copy_str(char *dst, size_t size, const char *src) {
 UL__HIDDEN void ul__log(ul_log_level_t level, const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 UL__HIDDEN int ul__log_enabled(ul_log_level_t level, const char *subsys);
+/* The most verbose level that may print (INT_MAX until the environment is read): a
+ * UL_INFO or UL_TRACE above it costs a load, not a call (one runs in every collective). */
+UL__HIDDEN extern int ul__log_max;
+#define UL__LOG_ON(level, subsys)                                                                \
+  ((int)(level) <= __atomic_load_n(&ul__log_max, __ATOMIC_RELAXED) &&                            \
+   ul__log_enabled(level, subsys))
 UL__HIDDEN void ul__log_reset(void); /* re-read the environment (tests) */
 
 #define UL_WARN(subsys, ...) ul__log(UL_LOG_WARN, subsys, __VA_ARGS__)
 #define UL_INFO(subsys, ...)                                                                     \
   do {                                                                                           \
-    if (ul__log_enabled(UL_LOG_INFO, subsys)) ul__log(UL_LOG_INFO, subsys, __VA_ARGS__);         \
+    if (UL__LOG_ON(UL_LOG_INFO, subsys)) ul__log(UL_LOG_INFO, subsys, __VA_ARGS__);              \
   } while (0)
 #define UL_TRACE(subsys, ...)                                                                    \
   do {                                                                                           \
-    if (ul__log_enabled(UL_LOG_TRACE, subsys)) ul__log(UL_LOG_TRACE, subsys, __VA_ARGS__);       \
+    if (UL__LOG_ON(UL_LOG_TRACE, subsys)) ul__log(UL_LOG_TRACE, subsys, __VA_ARGS__);            \
   } while (0)
 
 /* NCCLCHECK-style propagation that leaves an error trail in trace logs. */
@@ -208,6 +214,7 @@ struct ul_comm {
   ul_backend_comm_t *bcomm;
   ul_backend_comm_props_t props;
   ul__config_t config;
+  int annotates; /* the backend amends call records (annotate_call is not the stub) */
   int rank, nranks;
   int device;
   volatile int abort_flag;
