@@ -40,8 +40,9 @@ typedef struct ul__log_cfg {
 
 static pthread_mutex_t ul__log_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int ul__log_ready;                 /* cfg parsed */
-static atomic_int ul__log_level = UL_LOG_WARN;  /* cached level */
-int ul__log_max = INT_MAX; /* ul__log_level once read; INT_MAX before (ul_core.h) */
+/* The level read from the environment; INT_MAX before (so UL__LOG_ON asks us). Plain int
+ * with atomic builtins: ul_core.h's macro loads it without <stdatomic.h>. */
+int ul__log_max = INT_MAX;
 static ul__log_cfg_t ul__log_cfg;               /* guarded by ul__log_lock */
 
 static int ul__is_core_subsys(const char *s) {
@@ -180,7 +181,6 @@ static void ul__log_load_locked(void) {
   const char *lvl = getenv("UNILINK_DEBUG");
   if (lvl == NULL || lvl[0] == '\0') lvl = ul__param_default(UL__P_DEBUG);
   int ok = ul__log_parse_level(lvl, &level);
-  atomic_store_explicit(&ul__log_level, level, memory_order_relaxed);
   __atomic_store_n(&ul__log_max, (int)level, __ATOMIC_RELAXED);
   atomic_store_explicit(&ul__log_ready, 1, memory_order_release);
 
@@ -218,7 +218,7 @@ void ul__log_reset(void) {
 int ul__log_enabled(ul_log_level_t level, const char *subsys) {
   if (level <= UL_LOG_NONE) return 0;
   ul__log_ensure();
-  if ((int)level > atomic_load_explicit(&ul__log_level, memory_order_relaxed)) return 0;
+  if ((int)level > __atomic_load_n(&ul__log_max, __ATOMIC_RELAXED)) return 0;
   if (level == UL_LOG_WARN) return 1;
   if (subsys == NULL) subsys = "";
   pthread_mutex_lock(&ul__log_lock);
