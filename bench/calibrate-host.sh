@@ -3,7 +3,11 @@
 # rank count and placement, and writes them as a tuning file the library reads through
 # UNILINK_TUNING_FILE:
 #
-#   bench/calibrate-host.sh [BUILD_DIR] [FILE]     (default ./build, ./unilink-tuning.txt)
+#   bench/calibrate-host.sh [BUILD_DIR] [FILE]     (default ./build, auto)
+#
+# FILE auto: this host's cache, ${XDG_CACHE_HOME:-~/.cache}/unilink/host-tuning-<host
+# name>.txt, which the library reads by default (UNILINK_TUNING_FILE=auto) as long as the
+# machine-id line written first still names this machine (decision 0020).
 #
 # 1. Where the staged (one-shot) algorithm stops beating the direct one: both forced
 #    (UNILINK_ALGO) at 1 KiB to 1 MiB. With r(s) the median over rounds of staged time /
@@ -21,7 +25,11 @@
 # default "2"; an empty list runs none). Environment: ITERS (default 100), COLLS.
 set -u
 BUILD=${1:-build}
-FILE=${2:-unilink-tuning.txt}
+FILE=${2:-auto}
+if [ "$FILE" = auto ]; then
+  FILE="${XDG_CACHE_HOME:-$HOME/.cache}/unilink/host-tuning-$(uname -n).txt"
+  mkdir -p "$(dirname "$FILE")" || exit 2
+fi
 BENCH="$BUILD/bin/unilink-bench"
 SRC_DIR=$(cd "$(dirname "$0")" && pwd)
 [ -x "$BENCH" ] || { echo "calibrate-host.sh: $BENCH not found (build first)" >&2; exit 2; }
@@ -34,7 +42,7 @@ OMPIRUN=$(command -v mpirun.openmpi || command -v mpirun || true)
 LOGS=$(mktemp -d /tmp/unilink-calibrate.XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export UNILINK_PLUGIN_PATH="${UNILINK_PLUGIN_PATH:-$BUILD/lib}"
-unset UNILINK_TUNING_FILE # measure the algorithms themselves, not a previous table
+export UNILINK_TUNING_FILE=none # measure the algorithms themselves, not a previous table
 NCPU=$(nproc)
 launch() { # placement ranks -> launcher prefix and rank flags
   if [ "$1" = thread ]; then echo "-t $2";
@@ -73,16 +81,17 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-python3 - "$LOGS" "$FILE" "$ROUNDS" "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" "$NCPU" "$SRC_DIR" <<'PYEOF'
+python3 - "$LOGS" "$FILE" "$ROUNDS" "$NCPU" "$SRC_DIR" <<'PYEOF'
 import glob, os, statistics, sys, time
-logs, path, rounds, cpu, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-sys.path.insert(0, sys.argv[6])
+logs, path, rounds, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, sys.argv[5])
 from host_vs_mpi_report import parse  # the one reader of nccl-tests tables in bench/
-from tuning_rules import bounce_from, staged_limit  # the rule, tested on its own
+from tuning_rules import bounce_from, staged_limit, machine_id  # the rules, tested on their own
 def times(p):
     return parse(p)[0]
-lines = [f"# unilink host tuning, measured by bench/calibrate-host.sh on {time.strftime('%Y-%m-%d')}",
-         f"# machine: {cpu}, {ncpu} CPUs; {rounds} interleaved rounds, back-to-back medians",
+lines = [machine_id(),  # first: the library reads a cached table only on this machine
+         f"# unilink host tuning, measured by bench/calibrate-host.sh on {time.strftime('%Y-%m-%d')}",
+         f"# {ncpu} CPUs for the ranks; {rounds} interleaved rounds, back-to-back medians",
          "# <collective> <ranks> <placement> <largest size (nccl-tests' bytes) that runs staged>",
          "# <collective> <ranks> process bounce_from <smallest size at which private buffers bounce>"]
 
@@ -116,5 +125,6 @@ for ext, first, rule, key, what in LIMITS:
         lines.append(f"{coll} {n} {place} {key}{rule(ratio)}   # {what} time: {shown}")
 open(path, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
-print(f"\nwrote {path}; use it with UNILINK_TUNING_FILE={path}")
+print(f"\nwrote {path}; the library reads it with UNILINK_TUNING_FILE={path}"
+      + (" or, on this host, by default (UNILINK_TUNING_FILE=auto)" if "/unilink/host-tuning-" in path else ""))
 PYEOF

@@ -22,7 +22,8 @@
 # speedups go to OUT/host-vs-mpi-<method>-np<N>.png (gnuplot).
 # Selection: first bench/calibrate-host.sh measures this machine's staged/direct limits
 # into OUT/tuning.txt, which the host backend then reads (UNILINK_TUNING_FILE); CALIBRATE=0
-# keeps the built-in limits, TUNING=FILE uses an earlier table.
+# keeps the library's default (this host's cached table, else the built-in limits),
+# TUNING=FILE uses an earlier table.
 # Environment: ITERS (large sizes, default 20), MAXBYTES (allreduce and reduce_scatter,
 # default 256M), COLL_MAXBYTES (others, default 64M), REPEAT (default 3), METHODS (default
 # "b2b sync"), BUFFERS (default "malloc ul"), COLLS (default "allreduce allgather
@@ -69,7 +70,7 @@ elif [ "${CALIBRATE:-1}" != 0 ]; then
     export UNILINK_TUNING_FILE="$OUT/tuning.txt" ||
     echo "host-vs-mpi.sh: calibration failed (see $OUT/calibrate.log): built-in limits" >&2
 fi
-echo "host-vs-mpi.sh: selection limits: ${UNILINK_TUNING_FILE:-built in}" >&2
+echo "host-vs-mpi.sh: selection limits: ${UNILINK_TUNING_FILE:-auto (this host's cached calibration, else built in)}" >&2
 # Placement as Open MPI does it by default: np <= cores binds each rank to a core; more
 # ranks than cores run unbound. MPICH's hydra takes no such flags.
 NCPU=$(nproc)
@@ -125,5 +126,5 @@ for rep in $(seq 1 "$REPEAT"); do
   done
 done
 
-[ -n "${UNILINK_TUNING_FILE:-}" ] && { echo "Selection limits measured here ($UNILINK_TUNING_FILE):"; grep -v '^#' "$UNILINK_TUNING_FILE"; }
+[ -f "${UNILINK_TUNING_FILE:-}" ] && { echo "Selection limits measured here ($UNILINK_TUNING_FILE):"; grep -v '^#' "$UNILINK_TUNING_FILE"; }
 python3 "$SRC_DIR/host_vs_mpi_report.py" "$OUT" "$REPEAT" --plot "$OUT/host-vs-mpi"

@@ -6,6 +6,7 @@ ratio (first / second) is least, the shortest on a tie. A sum over all sizes, no
 first size where the second wins", so one noisy point does not move the limit far.
 """
 import math
+import os
 
 
 def cheapest_prefix(ratios):
@@ -32,3 +33,22 @@ def bounce_from(ratio):
     sizes = sorted(ratio)
     k = cheapest_prefix([1.0 / ratio[s] for s in sizes])
     return sizes[k] if k < len(sizes) else 2 * sizes[-1]
+
+
+MACHINE_ID_TAG = "# machine-id: "
+
+
+def machine_id(cpuinfo="/proc/cpuinfo"):
+    """The line a cached table starts with, as the library builds it (tuning.c,
+    machine_id): the first "model name" of cpuinfo (empty where it has none), " | ", the
+    CPUs online. The library reads a cached table only where this line is its own."""
+    model = ""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    model = line.split(":", 1)[1].strip(" \t\n")
+                    break
+    except OSError:
+        pass
+    return f"{MACHINE_ID_TAG}{model} | {os.sysconf('SC_NPROCESSORS_ONLN')}"

@@ -42,11 +42,14 @@
   X(ONESHOT_BYTES, INT, "32768", "generic",                                                    \
     "largest message (bytes) of the single-sync one-shot allreduce of the generic layer "      \
     "(0: off)")                                                                                \
-  X(TUNING_FILE, STR, "", "generic",                                                           \
-    "selection limits measured on this machine (bench/calibrate-host.sh writes it): lines "    \
-    "'<collective> <ranks> process|thread <bytes>': the largest size (as nccl-tests counts it) "\
-    "that runs staged; '<collective> <ranks> process bounce_from <bytes>': the smallest size "  \
-    "at which private buffers of process ranks bounce through scratch (single copies below)")  \
+  X(TUNING_FILE, STR, "auto", "generic",                                                       \
+    "selection limits measured on this machine: auto (the table bench/calibrate-host.sh "      \
+    "cached for this host, $XDG_CACHE_HOME or ~/.cache/unilink/host-tuning-<host name>.txt, "   \
+    "read only when its machine-id line names this CPU model and CPU count), none (built-in "   \
+    "limits) or a file. Lines '<collective> <ranks> process|thread <bytes>': the largest size " \
+    "(as nccl-tests counts it) that runs staged; '<collective> <ranks> process bounce_from "    \
+    "<bytes>': the smallest size at which private buffers of process ranks bounce through "    \
+    "scratch (single copies below)")                                                           \
   X(CMA, INT, "1", "generic",                                                                  \
     "single-copy transfers between process ranks with process_vm_readv/writev (0: off, copy "  \
     "through shared memory)")                                                                  \

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""bench/tuning_rules.py: the limits calibrate-host.sh writes, on hand-made ratios."""
+"""bench/tuning_rules.py: the limits calibrate-host.sh writes, on hand-made ratios, and
+the machine-id line it writes first. With --bench PATH (unilink-bench), also that the
+library reads a table cached under that line by default (UNILINK_TUNING_FILE=auto) and
+leaves it with UNILINK_TUNING_FILE=none."""
 import os
+import subprocess
 import sys
+import tempfile
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -34,6 +39,56 @@ check(t.bounce_from({256 * K: 1.0, 1 * M: 1.0}), 256 * K, "a tie bounces (the de
 check(t.bounce_from({256 * K: 1.2, 1 * M: 1.3}), 2 * M, "single copies at every measured size")
 # a small loss at one size among gains does not keep single copies there
 check(t.bounce_from({256 * K: 0.7, 1 * M: 1.05, 4 * M: 0.6}), 256 * K, "one noisy point")
+
+# the machine-id line: cpuinfo's first model name, trimmed as the library trims it
+with tempfile.TemporaryDirectory() as d:
+    info = os.path.join(d, "cpuinfo")
+    with open(info, "w") as f:
+        f.write("processor\t: 0\nmodel name\t:  Fancy CPU 9000 \t\nprocessor\t: 1\n"
+                "model name\t: Other\n")
+    ncpu = os.sysconf("SC_NPROCESSORS_ONLN")
+    check(t.machine_id(info), f"# machine-id: Fancy CPU 9000 | {ncpu}", "model and CPUs")
+    with open(info, "w") as f:
+        f.write("processor\t: 0\nBogoMIPS\t: 50.00\n")  # no model name (some arm64 kernels)
+    check(t.machine_id(info), f"# machine-id:  | {ncpu}", "no model name")
+
+
+def selection(bench, cache, setting):
+    """The algorithm of a 64 KiB broadcast between 2 thread ranks, and the run's log."""
+    env = dict(os.environ, XDG_CACHE_HOME=cache, UNILINK_DEBUG="info",
+               UNILINK_DEBUG_SUBSYS="TUNING")
+    env.pop("UNILINK_TUNING_FILE", None)
+    if setting is not None:
+        env["UNILINK_TUNING_FILE"] = setting
+    r = subprocess.run([bench, "broadcast", "-t", "2", "-b", "64K", "-e", "64K", "-n", "3", "-w",
+                        "1", "--backends", "host"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    algo = [ln.split()[2] for ln in r.stdout.splitlines()
+            if ln.startswith("#") and len(ln.split()) > 2 and ln.split()[1] == "65536"]
+    return (algo[0] if algo else f"none (exit {r.returncode})"), r.stdout + r.stderr
+
+
+if "--bench" in sys.argv:
+    bench = sys.argv[sys.argv.index("--bench") + 1]
+    with tempfile.TemporaryDirectory() as cache:
+        os.makedirs(os.path.join(cache, "unilink"))
+        table = os.path.join(cache, "unilink", f"host-tuning-{os.uname().nodename}.txt")
+        # this machine's line, as calibrate-host.sh writes it: the table moves the limit
+        # from the built-in 32 KiB to 1 MiB, so 64 KiB runs staged
+        with open(table, "w") as f:
+            f.write(t.machine_id() + "\nbroadcast 2 thread 1048576\n")
+        algo, log = selection(bench, cache, None)
+        check(algo, "staged", "auto reads this host's cached table")
+        check(f"selection limits measured here: {table}" in log, True, "auto says which table")
+        algo, _ = selection(bench, cache, "none")
+        check(algo, "direct", "none: built-in limits")
+        # another machine's line (or none at all): the built-in limits, and a warning
+        for first in ["# machine-id: Not This CPU | 4097\n", ""]:
+            with open(table, "w") as f:
+                f.write(first + "broadcast 2 thread 1048576\n")
+            algo, log = selection(bench, cache, None)
+            check(algo, "direct", f"a table without this machine's line ({first.strip()!r})")
+            check("measured on another machine" in log, True, "the warning says why")
 if failures:
     print(f"{len(failures)} failure(s)")
     sys.exit(1)

@@ -211,7 +211,7 @@ UL__HIDDEN ul_result_t ul__publish(ul__generic_t *g, const void *send, size_t se
 UL__HIDDEN const ul__mailbox_t *ul__mailbox(ul__generic_t *g, int p);
 /* tuning.c: read the limits of this rank count from UNILINK_TUNING_FILE (path; NULL or
  * "" = none); a file that cannot be read or parsed is an error naming the line. */
-UL__HIDDEN ul_result_t ul__tuning_load(ul__generic_t *g, const char *path);
+UL__HIDDEN ul_result_t ul__tuning_load(ul__generic_t *g, const char *setting);
 /* The largest tuned staged limit (what the staging area must hold); 0 if none. */
 UL__HIDDEN size_t ul__tuning_staging_bytes(const ul__generic_t *g);
 

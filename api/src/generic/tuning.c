@@ -9,12 +9,16 @@
  *                                                   through scratch; below it the direct
  *                                                   algorithm's single copies
  *
- * Sizes are nccl-tests' (a rank's larger buffer). Without a file the built-in limits
- * apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber cores; bounce at every size,
- * or never when ranks outnumber cores). */
+ * Sizes are nccl-tests' (a rank's larger buffer). UNILINK_TUNING_FILE=auto (the default)
+ * reads the table calibrate-host.sh cached for this host, if any, and only when its
+ * machine line names this machine's CPU model and CPU count (decision 0020). Without a
+ * table the built-in limits apply (UNILINK_ONESHOT_BYTES, scaled when ranks outnumber
+ * cores; bounce at every size, or never when ranks outnumber cores). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "generic_internal.h"
 
@@ -30,18 +34,79 @@ static int tunable(const char *name, ul_coll_t *coll) {
   return 0;
 }
 
-ul_result_t ul__tuning_load(ul__generic_t *g, const char *path) {
+/* Where calibrate-host.sh caches this host's table (its default FILE): keyed by host
+ * name, so a home directory shared by a cluster's nodes holds one table per node. */
+static int cached_table_path(char *out, size_t len) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char host[256];
+  if (gethostname(host, sizeof host) != 0) return 0;
+  host[sizeof host - 1] = '\0';
+  int k = xdg && xdg[0] ? snprintf(out, len, "%s/unilink/host-tuning-%s.txt", xdg, host)
+          : home && home[0] ? snprintf(out, len, "%s/.cache/unilink/host-tuning-%s.txt", home, host)
+                            : -1;
+  return k > 0 && (size_t)k < len;
+}
+
+/* What the machine line calibrate-host.sh writes first says after MACHINE_ID_TAG: "<CPU
+ * model> | <online CPUs>", the model as /proc/cpuinfo's first "model name", trimmed
+ * (empty where it has none; bench/tuning_rules.py builds the same line). */
+static void machine_id(char *out, size_t len) {
+  char model[256] = "", line[512];
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  while (f && fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+    for (colon++; *colon == ' ' || *colon == '\t'; colon++) {}
+    snprintf(model, sizeof model, "%s", colon);
+    size_t k = strcspn(model, "\n");
+    while (k > 0 && (model[k - 1] == ' ' || model[k - 1] == '\t')) k--;
+    model[k] = '\0';
+    break;
+  }
+  if (f) fclose(f);
+  snprintf(out, len, "%s | %ld", model, sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+#define MACHINE_ID_TAG "# machine-id: "
+
+ul_result_t ul__tuning_load(ul__generic_t *g, const char *setting) {
   for (int c = 0; c < UL_COLL_COUNT; c++) {
     g->staged_max[0][c] = g->staged_max[1][c] = UL__UNTUNED;
     g->bounce_from[c] = UL__UNTUNED;
   }
-  if (!path || !path[0]) return UL_OK;
+  if (!setting || !setting[0] || strcmp(setting, "none") == 0) return UL_OK;
+  char cached[4096];
+  int automatic = strcmp(setting, "auto") == 0;
+  const char *path = setting;
+  if (automatic) {
+    if (!cached_table_path(cached, sizeof cached)) return UL_OK;
+    path = cached;
+  }
   FILE *f = fopen(path, "r");
+  if (!f && automatic) {
+    UL_INFO("TUNING", "no calibration cached for this host (%s): built-in selection limits; "
+            "bench/calibrate-host.sh measures them", path);
+    return UL_OK;
+  }
   if (!f)
     return ul__comm_set_error(g->comm, UL_ERR_INVALID_ARG, "UNILINK_TUNING_FILE %s: %s", path,
                               strerror(errno));
   char line[512];
   int ln = 0;
+  if (automatic) { /* a cached table is this machine's only if its first line says so */
+    char want[sizeof line + sizeof MACHINE_ID_TAG + 1];
+    machine_id(line, sizeof line);
+    snprintf(want, sizeof want, "%s%s\n", MACHINE_ID_TAG, line);
+    ln = 1;
+    if (!fgets(line, sizeof line, f) || strcmp(line, want) != 0) {
+      fclose(f);
+      want[strlen(want) - 1] = '\0';
+      UL_WARN("TUNING", "%s was measured on another machine or written by an older "
+              "bench/calibrate-host.sh (its first line is not '%s'): built-in selection "
+              "limits; calibrate again", path, want);
+      return UL_OK;
+    }
+  }
   ul_result_t rc = UL_OK;
   while (rc == UL_OK && fgets(line, sizeof line, f)) {
     ln++;
@@ -83,6 +148,7 @@ ul_result_t ul__tuning_load(ul__generic_t *g, const char *path) {
     else g->staged_max[strcmp(place, "thread") == 0][coll] = (size_t)bytes;
   }
   fclose(f);
+  if (rc == UL_OK) UL_INFO("TUNING", "selection limits measured here: %s", path);
   return rc;
 }
 
