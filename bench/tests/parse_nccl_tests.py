@@ -32,7 +32,8 @@ def _num(tok):
 
 def _side(toks, per_iter):
     side = {"time": _num(toks[0]), "algbw": _num(toks[1]), "busbw": _num(toks[2]),
-            "wrong": None if toks[3] in _NA else int(float(toks[3]))}
+            "wrong": None if toks[3] in _NA else int(float(toks[3])),
+            "time_text": toks[0]}  # as printed: its last digit bounds the rounding
     if per_iter:
         side["iter"] = [_num(t) for t in toks[4:8]]
     return side

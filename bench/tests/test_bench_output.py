@@ -44,11 +44,10 @@ def check_table(res, nranks, label, expect_sizes=None):
             check(s["wrong"] == 0, "%s: #wrong %s at %d" % (label, s["wrong"], r["size"]))
             check(s["time"] is not None and s["time"] > 0, "%s: time %s" % (label, s["time"]))
             # algbw = size / time, from the unrounded time: the printed time is off by up
-            # to half its last digit (bench_format_num, 7 columns: 2 decimals below 1e4 us,
-            # 1 below 1e5, none below 1e7, then a 1-decimal exponent), which at 0.34 us is
-            # 1.5% of algbw, so the bound follows from that digit
+            # to half its last digit, which at 0.34 us is 1.5% of algbw, so the bound
+            # follows from that digit, read off the field as printed
             t = s["time"]
-            half = 0.005 if t < 1e4 else 0.05 if t < 1e5 else 0.5 if t < 1e7 else 0.05 * t
+            half = half_last_digit(s["time_text"])
             alg = r["size"] / 1e9 / (t * 1e-6)
             lo = r["size"] / 1e3 / (t + half)
             hi = r["size"] / 1e3 / (t - half) if t > half else float("inf")
@@ -63,6 +62,14 @@ def check_table(res, nranks, label, expect_sizes=None):
     avg = sum(busbws) / len(busbws) if busbws else 0
     check("avg_busbw" in f and abs(f["avg_busbw"] - avg) <= 0.01 + 0.02 * avg,
           "%s: avg busbw %s vs rows %.4f" % (label, f.get("avg_busbw"), avg))
+
+
+def half_last_digit(tok):
+    """Half a unit of the last digit printed in tok: "0.34" -> 0.005, "12345" -> 0.5,
+    "1.2e+07" -> 0.05e7."""
+    mant, _, exp = tok.lower().partition("e")
+    decimals = len(mant.split(".", 1)[1]) if "." in mant else 0
+    return 0.5 * 10.0 ** ((int(exp) if exp else 0) - decimals)
 
 
 def roof_line(text, what):
