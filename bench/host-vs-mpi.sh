@@ -70,7 +70,7 @@ elif [ "${CALIBRATE:-1}" != 0 ]; then
     export UNILINK_TUNING_FILE="$OUT/tuning.txt" ||
     echo "host-vs-mpi.sh: calibration failed (see $OUT/calibrate.log): built-in limits" >&2
 fi
-echo "host-vs-mpi.sh: selection limits: ${UNILINK_TUNING_FILE:-auto (this host's cached calibration, else built in)}" >&2
+echo "host-vs-mpi.sh: selection limits: ${UNILINK_TUNING_FILE:-auto: the cached calibration of this host, else built in}" >&2
 # Placement as Open MPI does it by default: np <= cores binds each rank to a core; more
 # ranks than cores run unbound. MPICH's hydra takes no such flags.
 NCPU=$(nproc)
