@@ -8,6 +8,7 @@ ratios) and %roof; then the targets of issue 18 with every point that misses one
 for every collective (gnuplot): PREFIX-<method>-np<N>.png.
 
     host_vs_mpi_report.py OUT_DIR ROUNDS [--plot PREFIX]"""
+import functools
 import glob
 import math
 import os
@@ -271,6 +272,7 @@ FLOOR_LINES = {
 }
 
 
+@functools.lru_cache(maxsize=None)  # read the logs once: below_floor asks per missed point
 def line_floor(out, which):
     """Median over the host runs' logs of one of their 2-rank floors (FLOOR_LINES: the
     cache-line round trip or the exchange) in ns, or None."""
