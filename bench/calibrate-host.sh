@@ -25,11 +25,7 @@
 # default "2"; an empty list runs none). Environment: ITERS (default 100), COLLS.
 set -u
 BUILD=${1:-build}
-FILE=${2:-auto}
-if [ "$FILE" = auto ]; then
-  FILE="${XDG_CACHE_HOME:-$HOME/.cache}/unilink/host-tuning-$(uname -n).txt"
-  mkdir -p "$(dirname "$FILE")" || exit 2
-fi
+FILE=${2:-auto} # auto: resolved below, by tuning_rules.cached_table_path
 BENCH="$BUILD/bin/unilink-bench"
 SRC_DIR=$(cd "$(dirname "$0")" && pwd)
 [ -x "$BENCH" ] || { echo "calibrate-host.sh: $BENCH not found (build first)" >&2; exit 2; }
@@ -86,7 +82,12 @@ import glob, os, statistics, sys, time
 logs, path, rounds, ncpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.path.insert(0, sys.argv[5])
 from host_vs_mpi_report import parse  # the one reader of nccl-tests tables in bench/
-from tuning_rules import bounce_from, staged_limit, machine_id  # the rules, tested on their own
+from tuning_rules import bounce_from, staged_limit, machine_id, cached_table_path  # tested on their own
+if path == "auto":  # the library's default table for this host
+    path = cached_table_path()
+    if not path:
+        sys.exit("calibrate-host.sh: neither XDG_CACHE_HOME nor HOME is set: give a FILE")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
 def times(p):
     return parse(p)[0]
 lines = [machine_id(),  # first: the library reads a cached table only on this machine
@@ -126,5 +127,5 @@ for ext, first, rule, key, what in LIMITS:
 open(path, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 print(f"\nwrote {path}; the library reads it with UNILINK_TUNING_FILE={path}"
-      + (" or, on this host, by default (UNILINK_TUNING_FILE=auto)" if "/unilink/host-tuning-" in path else ""))
+      + (" or, on this host, by default (UNILINK_TUNING_FILE=auto)" if path == cached_table_path() else ""))
 PYEOF

@@ -38,6 +38,17 @@ def bounce_from(ratio):
 MACHINE_ID_TAG = "# machine-id: "
 
 
+def cached_table_path(env=None):
+    """Where calibrate-host.sh caches this host's table and the library looks for it
+    (UNILINK_TUNING_FILE=auto; tuning.c, cached_table_path): $XDG_CACHE_HOME, else
+    $HOME/.cache, then unilink/host-tuning-<host name>.txt; None without either."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or (env.get("HOME") and os.path.join(env["HOME"], ".cache"))
+    if not base:
+        return None
+    return os.path.join(base, "unilink", f"host-tuning-{os.uname().nodename}.txt")
+
+
 def machine_id(cpuinfo="/proc/cpuinfo"):
     """The line a cached table starts with, as the library builds it (tuning.c,
     machine_id): the first "model name" of cpuinfo (empty where it has none), " | ", the

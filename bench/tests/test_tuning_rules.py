@@ -51,6 +51,12 @@ with tempfile.TemporaryDirectory() as d:
     with open(info, "w") as f:
         f.write("processor\t: 0\nBogoMIPS\t: 50.00\n")  # no model name (some arm64 kernels)
     check(t.machine_id(info), f"# machine-id:  | {ncpu}", "no model name")
+host = os.uname().nodename
+check(t.cached_table_path({"XDG_CACHE_HOME": "/x", "HOME": "/h"}),
+      f"/x/unilink/host-tuning-{host}.txt", "XDG_CACHE_HOME first")
+check(t.cached_table_path({"XDG_CACHE_HOME": "", "HOME": "/h"}),
+      f"/h/.cache/unilink/host-tuning-{host}.txt", "else HOME/.cache")
+check(t.cached_table_path({}), None, "neither")
 
 
 def selection(bench, cache, setting):
@@ -71,8 +77,9 @@ def selection(bench, cache, setting):
 if "--bench" in sys.argv:
     bench = sys.argv[sys.argv.index("--bench") + 1]
     with tempfile.TemporaryDirectory() as cache:
-        os.makedirs(os.path.join(cache, "unilink"))
-        table = os.path.join(cache, "unilink", f"host-tuning-{os.uname().nodename}.txt")
+        # the path calibrate-host.sh writes by default: the library must read that file
+        table = t.cached_table_path({"XDG_CACHE_HOME": cache})
+        os.makedirs(os.path.dirname(table))
         # this machine's line, as calibrate-host.sh writes it: the table moves the limit
         # from the built-in 32 KiB to 1 MiB, so 64 KiB runs staged
         with open(table, "w") as f:
