@@ -123,6 +123,10 @@ typedef struct bench_run {
                                the sweep, the larger of it and roof_after per size */
   bench_roof_t roof_after;  /* measured again after the sweep (roof_after.n 0: not) */
   bench_line_floor_t line_floor; /* 2-rank exchange floors between CPUs 0 and 1; 0 if none */
+  double piece_gbs;         /* 2-rank piece exchange through shared memory, GB/s each way
+                               (bench_measure_piece_exchange); 0 if none. After the
+                               sweep, the larger of it and piece_after */
+  double piece_after;       /* measured again after the sweep (0: not) */
   int want_roof;            /* host backend: measure the roof (bench_roof_set) */
   int printing;             /* this process prints the nccl-tests table */
   int fault_wrong;          /* UNILINK_BENCH_FAULT=wrong test hook */

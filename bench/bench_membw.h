@@ -36,6 +36,16 @@ typedef struct bench_line_floor {
  *  made. */
 int bench_measure_line_floor(bench_line_floor_t *f);
 
+/** How the piece exchange is measured, for output next to its figure. */
+#define BENCH_PIECE_METHOD "2 threads on CPUs 0 and 1 each copy 32 MiB to the other in 64 or 256 KiB pieces through two shared slots a direction, best of ordinary (memcpy) and streaming stores"
+
+/** What copies through shared memory move between two ranks: GB/s each way while both
+ *  send and receive (BENCH_PIECE_METHOD; best of 5 per kind), the rate that bounds a
+ *  private-buffer collective bouncing its data through shared scratch. 0 with one
+ *  CPU, when the memory or the threads cannot be had, or when a copied byte came out
+ *  wrong (the measuring loop checks what it moved). */
+double bench_measure_piece_exchange(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -221,9 +221,10 @@ int bench_write_json(const bench_opts_t *o, bench_run_t **runs, int nruns, int p
     } else {
       fprintf(f, "null");
     }
-    const double floors[] = {r->line_floor.rtt_ns, r->line_floor.exchange_ns};
-    static const char *const floor_keys[] = {"line_round_trip_ns", "line_exchange_ns"};
-    for (int i = 0; i < 2; i++) {
+    const double floors[] = {r->line_floor.rtt_ns, r->line_floor.exchange_ns, r->piece_gbs};
+    static const char *const floor_keys[] = {"line_round_trip_ns", "line_exchange_ns",
+                                             "piece_exchange_gbs"};
+    for (int i = 0; i < 3; i++) {
       fprintf(f, ",\"%s\":", floor_keys[i]);
       if (floors[i] > 0) bench_jnum(f, floors[i]);
       else fprintf(f, "null");

@@ -170,6 +170,9 @@ void bench_print_block_start(const bench_run_t *r) {
            "for the other's; the least a 2-rank 8 B allreduce takes in either timing "
            "method)\n", r->line_floor.exchange_ns);
   }
+  if (r->piece_gbs > 0)
+    printf("# 2-rank piece exchange through shared memory: %.1f GB/s each way (" BENCH_PIECE_METHOD
+           "; what bounds a private-buffer collective between 2 ranks: docs/bench.md)\n", r->piece_gbs);
 }
 
 void bench_print_header(const bench_run_t *r) {
@@ -273,6 +276,9 @@ void bench_print_extras(const bench_run_t *r) {
     bench_print_roof("Roofline capacity again after the sweep", &r->roof_after);
     bench_print_roof("Roofline for %roof below: the larger of the two", &r->roof);
   }
+  if (r->piece_after > 0)
+    printf("# 2-rank piece exchange again after the sweep: %.1f GB/s each way; the larger of "
+           "the two: %.1f\n", r->piece_after, r->piece_gbs);
   printf("#\n# unilink per size [%s]: size, algorithm (out-of-place)%s%s\n", r->backend,
          r->membw > 0 ? ", %roof (out-of-place busbw / roofline busbw)" : "",
          r->o->sync_per_call ? ", mean time (us, out-of-place)" : "");

@@ -144,12 +144,13 @@ def main():
                         # MPI_Bcast has one buffer: compare it with our in-place broadcast
                         ip = c == "broadcast"
                         hm, rm = parse(f"{out}/uni-malloc-{tag}.log", ip)
+                        pm = piece_rate(f"{out}/uni-malloc-{tag}.log")
                         hu, ru = parse(f"{out}/uni-ul-{tag}.log", ip)
                         om, _ = parse(f"{out}/ompi-{tag}.log", ip)
                         mp, _ = parse(f"{out}/mpich-{tag}.log", ip)
                         for s in set(hm) | set(hu):
                             d[s] = dict(hm=hm.get(s), hu=hu.get(s), om=om.get(s), mp=mp.get(s),
-                                        rm=rm.get(s), ru=ru.get(s))
+                                        rm=rm.get(s), ru=ru.get(s), pm=pm)
                     per.append(d)
                 data[(m, c, np)] = per
 
@@ -219,7 +220,10 @@ def main():
                             if not math.isnan(p):
                                 seen[4] += 1
                                 if p < goal:
-                                    misses[4].append(f"{where}: {what} buffers {p:.1f}% of roof")
+                                    note = piece_note(per, s, c, goal) \
+                                        if what == "malloc" and np == 2 else ""
+                                    misses[4].append(f"{where}: {what} buffers {p:.1f}% of roof"
+                                                     + note)
         # thread ranks against raw np=2
         for buf in ("malloc", "ul"):
             per = []
@@ -263,6 +267,11 @@ def main():
     if exchange:
         print(f"2-rank exchange floor, flags only (the host runs' own measurement): "
               f"{exchange:.0f} ns median; no 2-rank 8 B allreduce is faster, in either method")
+    pieces = [g for g in map(piece_rate, glob.glob(f"{out}/uni-*.log")) if g]
+    if pieces:
+        print(f"2-rank piece exchange through shared memory (the host runs' own measurement): "
+              f"{statistics.median(pieces):.1f} GB/s each way, median; the rate that bounds "
+              f"private buffers copied between 2 ranks")
     print(f"\nraw logs: {out}")
 
 
@@ -283,6 +292,50 @@ def line_floor(out, which):
             if m:
                 got.append(float(m.group(1)))
     return statistics.median(got) if got else None
+
+
+PIECE_LINES = (  # the larger of a log's two measurements where it printed both
+    re.compile(r"# 2-rank piece exchange again after the sweep: .* the larger of the two: "
+               r"([\d.]+)"),
+    re.compile(r"# 2-rank piece exchange through shared memory: ([\d.]+) GB/s each way"))
+
+# Bytes each of 2 ranks receives from the other, per byte of the size column: an allreduce
+# rank gets its peer's half of its own slice and the peer's reduced half; the others get
+# half of their output (docs/bench.md). Broadcast sends one way: the piece exchange, both
+# ways at once, does not bound it.
+CROSSING_NP2 = {"allreduce": 1.0, "reduce_scatter": 0.5, "allgather": 0.5, "alltoall": 0.5}
+
+
+@functools.lru_cache(maxsize=None)
+def piece_rate(path):
+    """The 2-rank piece exchange rate (GB/s each way) a host log measured, or None."""
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return None
+    for pattern in PIECE_LINES:
+        for line in lines:
+            m = pattern.match(line)
+            if m:
+                return float(m.group(1))
+    return None
+
+
+def piece_note(per, s, coll, goal):
+    """A note for a malloc point below its roof goal at np 2: the %roof it would reach if
+    it took no longer than its bytes crossing between the ranks at the piece exchange
+    rate its own log measured (median over rounds); a goal above that no private-buffer
+    implementation that copies through shared memory meets in this run."""
+    frac = CROSSING_NP2.get(coll)
+    if not frac:
+        return ""
+    best = med([d[s]["rm"] * d[s]["hm"] / (frac * s / (d[s]["pm"] * 1e3)) for d in per
+                if s in d and d[s]["rm"] and d[s]["hm"] and d[s]["pm"]])
+    if math.isnan(best):
+        return ""
+    return (f" (at the piece exchange's rate: {best:.1f}%"
+            + (", below the goal: copies through shared memory do not meet it here)"
+               if best < goal else ")"))
 
 
 def below_floor(out, ompi_us):

@@ -7,6 +7,7 @@
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -120,6 +121,20 @@ def check_roof(text, rows, nranks):
                   % (r["size"], got, busbw, want))
 
 
+def check_piece(text):
+    """The piece exchange is measured before and after the sweep, like the roof, and the
+    larger of the two is the one given (docs/bench.md)."""
+    before = re.search(r"^# 2-rank piece exchange through shared memory: ([\d.]+) GB/s each way",
+                       text, re.M)
+    again = re.search(r"^# 2-rank piece exchange again after the sweep: ([\d.]+) GB/s each way; "
+                      r"the larger of the two: ([\d.]+)$", text, re.M)
+    check(before and again, "piece exchange lines missing: before %s after %s" % (before, again))
+    if before and again:
+        b, a, used = float(before.group(1)), float(again.group(1)), float(again.group(2))
+        check(b > 0 and a > 0 and abs(used - max(a, b)) <= 0.051,
+              "piece exchange: used %.1f, measured %.1f and %.1f" % (used, b, a))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sample-only", action="store_true")
@@ -154,6 +169,8 @@ def main():
         check_roof(p.stdout, ours["rows"], 2)
         check("# Cache-line round trip between CPUs 0 and 1: " in p.stdout or os.cpu_count() < 2,
               "cache-line round trip line missing")
+        if os.cpu_count() >= 2:
+            check_piece(p.stdout)
         # the checker must be able to fail: corrupt one element of rank 0's result
         env = dict(os.environ, UNILINK_BENCH_FAULT="wrong")
         p = subprocess.run([a.bench, "allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "2",
