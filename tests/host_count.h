@@ -18,6 +18,7 @@ static ul_result_t (*host_reduce_stream)(ul_backend_comm_t *, void *const *, int
 /* Copies into another rank's output (the test's buffers, by rank): the copy
  * collectives spread by source. my_rank is the calling thread's rank. */
 static _Atomic long cross_copies;
+static _Atomic long copy_stream_calls; /* every streaming copy */
 static _Thread_local int my_rank = -1;
 static char *out_of_rank[3];
 static size_t out_bytes;
@@ -26,6 +27,7 @@ static ul_result_t (*host_copy_stream)(ul_backend_comm_t *, void *, const void *
 
 static ul_result_t counted_copy_stream(ul_backend_comm_t *c, void *dst, const void *src,
                                        size_t bytes, ul_backend_stream_t *s) {
+  copy_stream_calls++;
   for (int r = 0; r < 3; r++)
     if (r != my_rank && out_of_rank[r] && (char *)dst >= out_of_rank[r] &&
         (char *)dst < out_of_rank[r] + out_bytes)

@@ -392,3 +392,69 @@ Test(bounce, pieces_follow_the_level2_cache, .timeout = 180) {
   fork_ranks_run("hostcount", 2, rank_l2_pieces);
   unsetenv("UNILINK_CHUNK_BYTES");
 }
+
+/* The bounced allgather and alltoall store their outputs streaming only when both ranks'
+ * inputs and outputs together overflow the last-level cache (set to 8 MiB here; 0:
+ * unknown, then from 4 MiB of output). Allgather of c floats a rank touches 12c bytes a
+ * rank (4c in, 8c out), alltoall 16c (8c in, 8c out): 24c and 32c bytes in all. The
+ * streamed cases have 3 MiB of output, below the 4 MiB from which every output streamed
+ * before the cache counted. */
+static int stream_calls_for(ul_comm_t c, int me, int n, int alltoall, size_t cnt, long *calls) {
+  size_t all = cnt * (size_t)n, in = alltoall ? all : cnt;
+  float *s = malloc(in * sizeof *s), *r = malloc(all * sizeof *r);
+  STEP(60, s && r, "out of memory");
+  for (size_t i = 0; i < in; i++) s[i] = val(me, i);
+  long before = copy_stream_calls;
+  ul_result_t rc = alltoall ? ul_alltoall(s, r, cnt, UL_FP32, c, NULL)
+                            : ul_allgather(s, r, cnt, UL_FP32, c, NULL);
+  *calls = copy_stream_calls - before;
+  STEP(61, rc == UL_OK, "%s of %zu: %s", alltoall ? "alltoall" : "allgather", cnt,
+       ul_comm_last_error(c));
+  STEP(62, strcmp(last_call(c).algorithm, "bounce") == 0, "ran %s", last_call(c).algorithm);
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < cnt; i++) {
+      float e = val(p, alltoall ? (size_t)me * cnt + i : i);
+      STEP(63, r[(size_t)p * cnt + i] == e, "[%d][%zu] = %g, want %g", p, i,
+           r[(size_t)p * cnt + i], e);
+    }
+  free(s);
+  free(r);
+  return 0;
+}
+
+static int rank_llc_streams(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (hostcount_up(id, n, me, &c)) return 1;
+  setenv("UNILINK_ALGO", "allgather:bounce,alltoall:bounce", 1);
+  ul__generic_t *g = c->generic;
+  static const struct {
+    size_t llc;
+    int alltoall;
+    size_t cnt;
+    int streams;
+  } cases[] = {
+      {(size_t)8 << 20, 0, 262144, 0}, /* 24c = 6 MiB: fits */
+      {(size_t)8 << 20, 0, 393216, 1}, /* 9 MiB */
+      {(size_t)8 << 20, 1, 262144, 0}, /* 32c = 8 MiB: fits */
+      {(size_t)8 << 20, 1, 393216, 1}, /* 12 MiB */
+      {0, 0, 393216, 0},               /* unknown cache: 3 MiB of output */
+      {0, 0, 524288, 1},               /* 4 MiB of output */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    g->llc_bytes = cases[k].llc;
+    long calls = 0;
+    int bad = stream_calls_for(c, me, n, cases[k].alltoall, cases[k].cnt, &calls);
+    if (bad) return bad;
+    STEP(64, (calls > 0) == cases[k].streams, "case %zu (%s of %zu, cache %zu): %ld "
+         "streaming copies", k, cases[k].alltoall ? "alltoall" : "allgather", cases[k].cnt,
+         cases[k].llc, calls);
+  }
+  unsetenv("UNILINK_ALGO");
+  return fork_ranks_comm_down(c, me);
+}
+
+Test(bounce, copy_outputs_stream_past_the_last_level_cache, .timeout = 180) {
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  register_hostcount();
+  fork_ranks_run("hostcount", 2, rank_llc_streams);
+}

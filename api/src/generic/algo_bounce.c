@@ -131,7 +131,8 @@ static ul_result_t bounce_exchange(algo_ctx_t *x, int alltoall) {
   const ul__coll_args_t *a = x->a;
   int n = g->n, me = g->me;
   size_t pe = piece_elems(x), es = x->esize, cnt = a->count;
-  int nt = x->host && cnt * es * (size_t)n >= UL__NT_MIN_BYTES;
+  size_t out = cnt * es * (size_t)n; /* alltoall's input too; allgather's is one block */
+  int nt = ul__copy_outputs_stream(x, out, out + (alltoall ? out : cnt * es));
   const char *mine = alltoall ? at(a->sendbuf, (size_t)me * cnt, es) : a->sendbuf;
   for (size_t k = 0; k * pe < cnt; k++) {
     size_t c = piece_count(cnt, k, pe), nb = c * es;

@@ -39,12 +39,12 @@ static int cache_word(int i, const char *name, char *out, size_t len) {
   return ok ? 0 : -1;
 }
 
-/* The level-2 data cache of CPU 0 from sysfs (every rank reads the same CPU, where a
- * hybrid machine's cores differ), else glibc's figure, else 0. */
-static size_t generic_l2_bytes(void) {
+/* A data cache of CPU 0 (level 2 or 3) from sysfs (every rank reads the same CPU, where
+ * a hybrid machine's cores differ), else glibc's figure, else 0. */
+static size_t generic_cache_bytes(int want) {
   for (int i = 0; i < 8; i++) {
     char level[8], type[16], size[32];
-    if (cache_word(i, "level", level, sizeof level) || atoi(level) != 2 ||
+    if (cache_word(i, "level", level, sizeof level) || atoi(level) != want ||
         cache_word(i, "type", type, sizeof type) || !strncmp(type, "Instruction", 11) ||
         cache_word(i, "size", size, sizeof size))
       continue;
@@ -54,8 +54,8 @@ static size_t generic_l2_bytes(void) {
     else if (*end == 'M') v <<= 20;
     if (v) return (size_t)v;
   }
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return l2 > 0 ? (size_t)l2 : 0;
+  long v = sysconf(want == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE);
+  return v > 0 ? (size_t)v : 0;
 }
 
 /* A bounce piece crosses the cache as three pieces at once (the peer's, arriving in a
@@ -201,7 +201,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   /* Process-wide, so thread ranks agree; process ranks agree in the probe below. */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   g->ncpu = ncpu > 0 ? (int)ncpu : 1;
-  g->l2_bytes = generic_l2_bytes();
+  g->l2_bytes = generic_cache_bytes(2);
+  g->llc_bytes = generic_cache_bytes(3);
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
     rc = generic_probe_processes(g);
@@ -216,9 +217,9 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->oversubscribed = n > g->ncpu;
   g->piece_bytes = ul__piece_bytes(g->chunk_bytes, g->l2_bytes);
   UL_INFO("INIT",
-          "generic layer: chunk %zu B, bounce piece %zu B (L2 %zu B), scratch %zu B/rank, "
-          "direct %s, single-copy %s, zero-copy %s",
-          g->chunk_bytes, g->piece_bytes, g->l2_bytes, g->scratch_size,
+          "generic layer: chunk %zu B, bounce piece %zu B (L2 %zu B, L3 %zu B), scratch %zu "
+          "B/rank, direct %s, single-copy %s, zero-copy %s",
+          g->chunk_bytes, g->piece_bytes, g->l2_bytes, g->llc_bytes, g->scratch_size,
           g->load_store ? "yes" : "no", g->cma ? "yes" : "no",
           g->zcopy ? "for ul_mem_alloc buffers" : "no");
   return UL_OK;
