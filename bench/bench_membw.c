@@ -243,16 +243,22 @@ static void *bench_floor_thread(void *p) {
   return NULL;
 }
 
-/* One measurement of both floors; 0 when the threads cannot be made. */
-static int bench_floor_once(bench_floor_run_t *x) {
-  bench_floor_arg_t a[2] = {{x, 0}, {x, 1}};
+/* fn(a0) on CPU 0 and fn(a1) on CPU 1 at once, until both return; 0 when no thread can
+ * be made. */
+static int bench_run_pair(void *(*fn)(void *), void *a0, void *a1) {
   pthread_t th[2];
-  if (bench_spawn_on_cpu(&th[0], 0, bench_floor_thread, &a[0]) != 0) return 0;
-  int spawned = bench_spawn_on_cpu(&th[1], 1, bench_floor_thread, &a[1]) == 0;
-  if (!spawned) bench_floor_thread(&a[1]); /* thread 0 waits for a partner: be it here */
+  if (bench_spawn_on_cpu(&th[0], 0, fn, a0) != 0) return 0;
+  int spawned = bench_spawn_on_cpu(&th[1], 1, fn, a1) == 0;
+  if (!spawned) fn(a1); /* the first waits for a partner: be it here */
   pthread_join(th[0], NULL);
   if (spawned) pthread_join(th[1], NULL);
   return 1;
+}
+
+/* One measurement of both floors; 0 when the threads cannot be made. */
+static int bench_floor_once(bench_floor_run_t *x) {
+  bench_floor_arg_t a[2] = {{x, 0}, {x, 1}};
+  return bench_run_pair(bench_floor_thread, &a[0], &a[1]);
 }
 
 int bench_measure_line_floor(bench_line_floor_t *f) {
@@ -350,12 +356,7 @@ static double piece_rate(piece_run_t *x, size_t piece, int streaming) {
     memset(x->dst[i], 0, PIECE_BYTES_EACH);
   }
   piece_arg_t a[2] = {{x, 0}, {x, 1}};
-  pthread_t th[2];
-  if (bench_spawn_on_cpu(&th[0], 0, piece_thread, &a[0]) != 0) return 0.0;
-  int spawned = bench_spawn_on_cpu(&th[1], 1, piece_thread, &a[1]) == 0;
-  if (!spawned) piece_thread(&a[1]); /* thread 0 waits for a partner: be it here */
-  pthread_join(th[0], NULL);
-  if (spawned) pthread_join(th[1], NULL);
+  if (!bench_run_pair(piece_thread, &a[0], &a[1])) return 0.0;
   for (int t = 0; t < 2; t++) {
     const uint64_t *w = (const uint64_t *)x->dst[t];
     for (size_t i = 0; i < PIECE_BYTES_EACH / 8; i++)

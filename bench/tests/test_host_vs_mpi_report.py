@@ -29,6 +29,14 @@ def log(path, rows, roofs=None):
                 f.write(f"#   {size:>10}  direct                    {pct}\n")
 
 
+def report(out):
+    """The report on 2 rounds of logs in out: (exit code, what it printed)."""
+    p = subprocess.run([sys.executable, REPORT, out, "2"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    sys.stdout.write(p.stdout)
+    return p.returncode, p.stdout
+
+
 def floor_checks():
     """The 8 B target missed, with the host logs' exchange floors (760 and 700 ns: median
     730): host 0.8 and 0.9 us against Open MPI's 1.0 (0.85x); 0.7 x Open MPI = 700 ns in
@@ -42,12 +50,9 @@ def floor_checks():
             with open(f"{out}/uni-malloc-{tag}.log", "a") as f:
                 f.write(f"# 2-rank exchange floor, flags only: {700 + 60 * (r % 2)} ns a call "
                         "(both store a line, both wait for the other's; ...)\n")
-    p = subprocess.run([sys.executable, REPORT, out, "2"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
-    sys.stdout.write(p.stdout)
-    text = p.stdout
+    rc, text = report(out)
     return [
-        ("floor case: exit code 0", p.returncode == 0),
+        ("floor case: exit code 0", rc == 0),
         ("floor case: b2b miss, the goal below the floor",
          "b2b allreduce np2 8: host time = 0.85 x Open MPI's (0.7 x Open MPI = 700 ns; "
          "exchange floor 730 ns, above the goal: no implementation meets it here)" in text),
@@ -80,12 +85,9 @@ def piece_checks():
             if r == 1:
                 f.write("# 2-rank piece exchange again after the sweep: 16.0 GB/s each way; "
                         "the larger of the two: 16.0\n")
-    p = subprocess.run([sys.executable, REPORT, out, "2"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
-    sys.stdout.write(p.stdout)
-    text = p.stdout
+    rc, text = report(out)
     return [
-        ("piece case: exit code 0", p.returncode == 0),
+        ("piece case: exit code 0", rc == 0),
         ("piece case: malloc miss, the goal above what the piece rate allows",
          "b2b allreduce np2 64M: malloc buffers 40.0% of roof (at the piece exchange's rate: "
          "50.0%, below the goal: copies through shared memory do not meet it here)" in text),
