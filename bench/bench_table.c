@@ -171,8 +171,9 @@ void bench_print_block_start(const bench_run_t *r) {
            "method)\n", r->line_floor.exchange_ns);
   }
   if (r->piece_gbs > 0)
-    printf("# 2-rank piece exchange through shared memory: %.1f GB/s each way (" BENCH_PIECE_METHOD
-           "; what bounds a private-buffer collective between 2 ranks: docs/bench.md)\n", r->piece_gbs);
+    printf("# 2-rank piece exchange through shared memory: %.1f GB/s each way ("
+           BENCH_PIECE_METHOD "; what bounds a private-buffer collective between 2 ranks: "
+           "docs/bench.md)\n", r->piece_gbs);
 }
 
 void bench_print_header(const bench_run_t *r) {

@@ -300,8 +300,9 @@ PIECE_LINES = (  # the larger of a log's two measurements where it printed both
     re.compile(r"# 2-rank piece exchange through shared memory: ([\d.]+) GB/s each way"))
 
 # Bytes each of 2 ranks receives from the other, per byte of the size column: an allreduce
-# rank gets its peer's half of its own slice and the peer's reduced half; the others get
-# half of their output (docs/bench.md). Broadcast sends one way: the piece exchange, both
+# rank gets its peer's half of its own slice and the peer's reduced half; a reduce_scatter
+# rank its peer's block of its slice; allgather and alltoall ranks half of their output
+# (docs/bench.md). Broadcast sends one way: the piece exchange, both
 # ways at once, does not bound it.
 CROSSING_NP2 = {"allreduce": 1.0, "reduce_scatter": 0.5, "allgather": 0.5, "alltoall": 0.5}
 

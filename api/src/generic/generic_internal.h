@@ -240,14 +240,15 @@ static inline ul_result_t ul__out_copy(algo_ctx_t *x, void *dst, const void *src
   return COPY(x, dst, src, bytes);
 }
 
-/* Whether the bounced allgather and alltoall store their outputs streaming. Only when all ranks' inputs and outputs together (rank_bytes each)
- * overflow the last-level cache: below that the next call, or the caller, finds the
- * outputs in the cache, where ordinary stores cost no trip to memory (np2 allgather
- * 4 MiB, medians of 5 interleaved rounds: 198 -> 159 us, 8 MiB 392 -> 352, alltoall
- * 192 -> 177 and 416 -> 399). The reductions keep UL__NT_MIN_BYTES: their streaming pass
- * writes every output while it reads the inputs (decision 0016: allreduce 4 MiB 1.21x);
- * so does broadcast, which measured no gain (4-8 MiB 0.95-0.98x). Cache unknown: that
- * size, counted on the outputs. */
+/* Whether the bounced allgather and alltoall store their outputs streaming: only when all
+ * ranks' inputs and outputs together (rank_bytes each) overflow the last-level cache
+ * (this process's figure; a store's kind changes no result, so ranks need not agree).
+ * Below that the next call, or the caller, finds the outputs in the cache, where ordinary
+ * stores cost no trip to memory (np2 allgather 4 MiB, medians of 5 interleaved rounds:
+ * 198 -> 159 us, 8 MiB 392 -> 352, alltoall 192 -> 177 and 416 -> 399). The reductions
+ * keep UL__NT_MIN_BYTES: their streaming pass writes every output while it reads the
+ * inputs (decision 0016: allreduce 4 MiB 1.21x); so does broadcast, which measured no
+ * gain (4-8 MiB 0.95-0.98x). Cache unknown: that size, counted on the outputs. */
 static inline int ul__copy_outputs_stream(const algo_ctx_t *x, size_t out_bytes,
                                           size_t rank_bytes) {
   size_t llc = x->g->llc_bytes;
