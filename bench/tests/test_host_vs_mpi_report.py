@@ -18,7 +18,9 @@ def row(size, oop, inplace):
             f"{1.0:>7.2f} {0:>6} {inplace:>8.2f} {1.0:>7.2f} {1.0:>7.2f} {0:>6}\n")
 
 
-def log(path, rows, roofs=None):
+def log(path, rows, roofs=None, tail=()):
+    """A host or raw-MPI log: the table's rows, the per-size %roof block, then tail (the
+    comment lines a host run prints after its table, such as its floors)."""
     with open(path, "w") as f:
         f.write("# nccl-tests style table\n")
         for size, oop, inplace in rows:
@@ -27,6 +29,7 @@ def log(path, rows, roofs=None):
             f.write("# unilink per size [host]: size, algorithm (out-of-place), %roof (...)\n")
             for size, pct in roofs.items():
                 f.write(f"#   {size:>10}  direct                    {pct}\n")
+        f.writelines(line + "\n" for line in tail)
 
 
 def report(out):
@@ -45,11 +48,11 @@ def floor_checks():
     for m, ompi in (("b2b", 1.0), ("sync", 1.2)):
         for r, t in ((1, 0.8), (2, 0.9)):
             tag = f"{m}-allreduce-np2-small-r{r}"
+            floor = (f"# 2-rank exchange floor, flags only: {700 + 60 * (r % 2)} ns a call "
+                     "(both store a line, both wait for the other's; ...)")
             for name, us in (("uni-malloc", t), ("uni-ul", t), ("ompi", ompi), ("mpich", 1.2)):
-                log(f"{out}/{name}-{tag}.log", [(8, us, us)])
-            with open(f"{out}/uni-malloc-{tag}.log", "a") as f:
-                f.write(f"# 2-rank exchange floor, flags only: {700 + 60 * (r % 2)} ns a call "
-                        "(both store a line, both wait for the other's; ...)\n")
+                log(f"{out}/{name}-{tag}.log", [(8, us, us)],
+                    tail=[floor] if name == "uni-malloc" else ())
     rc, text = report(out)
     return [
         ("floor case: exit code 0", rc == 0),
@@ -75,16 +78,15 @@ def piece_checks():
     out = tempfile.mkdtemp(prefix="hvm-piece-")
     for r in (1, 2):
         tag = f"b2b-allreduce-np2-large-r{r}"
-        log(f"{out}/uni-malloc-{tag}.log", [(M64, 5242.88, 5242.88)], {M64: 40.0})
+        pieces = [f"# 2-rank piece exchange through shared memory: {8.0 * r:.1f} GB/s each "
+                  "way (2 threads ...)"]
+        if r == 1:
+            pieces.append("# 2-rank piece exchange again after the sweep: 16.0 GB/s each way; "
+                          "the larger of the two: 16.0")
+        log(f"{out}/uni-malloc-{tag}.log", [(M64, 5242.88, 5242.88)], {M64: 40.0}, pieces)
         log(f"{out}/uni-ul-{tag}.log", [(M64, 3000.0, 3000.0)], {M64: 65.0})
         for name, us in (("ompi", 20000.0), ("mpich", 20000.0)):
             log(f"{out}/{name}-{tag}.log", [(M64, us, us)])
-        with open(f"{out}/uni-malloc-{tag}.log", "a") as f:
-            f.write(f"# 2-rank piece exchange through shared memory: {8.0 * r:.1f} GB/s each "
-                    "way (2 threads ...)\n")
-            if r == 1:
-                f.write("# 2-rank piece exchange again after the sweep: 16.0 GB/s each way; "
-                        "the larger of the two: 16.0\n")
     rc, text = report(out)
     return [
         ("piece case: exit code 0", rc == 0),
