@@ -1,7 +1,7 @@
-/* The host backend with its streaming stores counted, registered as "hostcount": tests
- * assert which large collectives store straight into their outputs (reduce_stream) and
- * which copy into other ranks' outputs. Register before forking process ranks: each
- * child counts its own calls. */
+/* The host backend with its streaming stores and single copies counted, registered as
+ * "hostcount": tests assert which large collectives store straight into their outputs
+ * (reduce_stream), which copy into other ranks' outputs, and who moves which bytes.
+ * Register before forking process ranks: each child counts its own calls. */
 #ifndef UL_TEST_HOST_COUNT_H
 #define UL_TEST_HOST_COUNT_H
 
@@ -35,6 +35,23 @@ static ul_result_t counted_copy_stream(ul_backend_comm_t *c, void *dst, const vo
   return host_copy_stream(c, dst, src, bytes, s);
 }
 
+/* Bytes moved by single copies (cross-memory attach) this process started. */
+static _Atomic long peer_read_bytes, peer_write_bytes;
+static ul_result_t (*host_peer_read)(ul_backend_comm_t *, int, void *, const void *, size_t);
+static ul_result_t (*host_peer_write)(ul_backend_comm_t *, int, void *, const void *, size_t);
+
+static ul_result_t counted_peer_read(ul_backend_comm_t *c, int peer, void *local,
+                                     const void *remote, size_t bytes) {
+  peer_read_bytes += (long)bytes;
+  return host_peer_read(c, peer, local, remote, bytes);
+}
+
+static ul_result_t counted_peer_write(ul_backend_comm_t *c, int peer, void *remote,
+                                      const void *local, size_t bytes) {
+  peer_write_bytes += (long)bytes;
+  return host_peer_write(c, peer, remote, local, bytes);
+}
+
 static ul_result_t counted_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst,
                                          const void *a, const void *b, size_t count,
                                          ul_dtype_t dt, ul_op_t op, ul_backend_stream_t *s) {
@@ -53,6 +70,10 @@ static void register_hostcount(void) {
   count_ops.reduce_stream = counted_reduce_stream;
   host_copy_stream = host->ops.copy_stream;
   count_ops.copy_stream = counted_copy_stream;
+  host_peer_read = host->ops.peer_read;
+  count_ops.peer_read = counted_peer_read;
+  host_peer_write = host->ops.peer_write;
+  count_ops.peer_write = counted_peer_write;
   cr_assert_eq(ul__registry_add(&count_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
 }
 

@@ -219,9 +219,13 @@ static int rank_bare_name(ul_unique_id_t id, int n, int me) {
 
 /* Which path private buffers take needs single copy to be possible at all (else the
  * direct algorithms are never chosen and bounce is picked directly; same result). */
+/* Cache size unknown (UNILINK_LLC_BYTES=0): the copy collectives bounce too; the cache
+ * rule is tested below. */
 Test(bounce, private_buffers_every_collective_exact, .timeout = 180) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  setenv("UNILINK_LLC_BYTES", "0", 1);
   fork_ranks_run("host", 2, rank_private);
+  unsetenv("UNILINK_LLC_BYTES");
 }
 
 Test(bounce, forced_counts_below_rank_count, .timeout = 180) {
@@ -231,7 +235,9 @@ Test(bounce, forced_counts_below_rank_count, .timeout = 180) {
 Test(bounce, mixed_buffers_bounce_on_every_rank, .timeout = 180) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  setenv("UNILINK_LLC_BYTES", "0", 1);
   fork_ranks_run("host", 2, rank_mixed);
+  unsetenv("UNILINK_LLC_BYTES");
 }
 
 Test(bounce, exported_buffers_stay_zero_copy, .timeout = 180) {
@@ -389,7 +395,9 @@ Test(bounce, pieces_follow_the_level2_cache, .timeout = 180) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   register_hostcount();
   setenv("UNILINK_CHUNK_BYTES", "2097152", 1);
+  setenv("UNILINK_LLC_BYTES", "0", 1);
   fork_ranks_run("hostcount", 2, rank_l2_pieces);
+  unsetenv("UNILINK_LLC_BYTES");
   unsetenv("UNILINK_CHUNK_BYTES");
 }
 
@@ -399,7 +407,8 @@ Test(bounce, pieces_follow_the_level2_cache, .timeout = 180) {
  * rank (4c in, 8c out), alltoall 16c (8c in, 8c out): 24c and 32c bytes in all. The
  * streamed cases have 3 MiB of output, below the 4 MiB from which every output streamed
  * before the cache counted. */
-static int stream_calls_for(ul_comm_t c, int me, int n, int alltoall, size_t cnt, long *calls) {
+static int stream_calls_for(ul_comm_t c, int me, int n, int alltoall, size_t cnt,
+                            const char *want_algo, long *calls) {
   size_t all = cnt * (size_t)n, in = alltoall ? all : cnt;
   float *s = malloc(in * sizeof *s), *r = malloc(all * sizeof *r);
   STEP(60, s && r, "out of memory");
@@ -410,7 +419,9 @@ static int stream_calls_for(ul_comm_t c, int me, int n, int alltoall, size_t cnt
   *calls = copy_stream_calls - before;
   STEP(61, rc == UL_OK, "%s of %zu: %s", alltoall ? "alltoall" : "allgather", cnt,
        ul_comm_last_error(c));
-  STEP(62, strcmp(last_call(c).algorithm, "bounce") == 0, "ran %s", last_call(c).algorithm);
+  STEP(62, strcmp(last_call(c).algorithm, want_algo) == 0, "%s of %zu ran %s, want %s (%s)",
+       alltoall ? "alltoall" : "allgather", cnt, last_call(c).algorithm, want_algo,
+       last_call(c).reason);
   for (int p = 0; p < n; p++)
     for (size_t i = 0; i < cnt; i++) {
       float e = val(p, alltoall ? (size_t)me * cnt + i : i);
@@ -443,7 +454,7 @@ static int rank_llc_streams(ul_unique_id_t id, int n, int me) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     g->llc_bytes = cases[k].llc;
     long calls = 0;
-    int bad = stream_calls_for(c, me, n, cases[k].alltoall, cases[k].cnt, &calls);
+    int bad = stream_calls_for(c, me, n, cases[k].alltoall, cases[k].cnt, "bounce", &calls);
     if (bad) return bad;
     STEP(64, (calls > 0) == cases[k].streams, "case %zu (%s of %zu, cache %zu): %ld "
          "streaming copies", k, cases[k].alltoall ? "alltoall" : "allgather", cases[k].cnt,
@@ -457,4 +468,120 @@ Test(bounce, copy_outputs_stream_past_the_last_level_cache, .timeout = 180) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   register_hostcount();
   fork_ranks_run("hostcount", 2, rank_llc_streams);
+}
+
+/* One broadcast of count floats from root, in place or not, checked exactly; want_algo
+ * NULL: whatever the core picks. */
+static int broadcast_from(ul_comm_t c, int me, size_t count, int root, int inplace,
+                          const char *want_algo) {
+  float *s = malloc(count * sizeof *s + 1), *r = malloc(count * sizeof *r + 1);
+  STEP(70, s && r, "out of memory");
+  for (size_t i = 0; i < count; i++) s[i] = me == root ? val(root, i + 5) : -2, r[i] = -1;
+  float *out = inplace ? s : r;
+  ul_result_t rc = ul_broadcast(s, out, count, UL_FP32, root, c, NULL);
+  STEP(71, rc == UL_OK, "broadcast: %s", ul_comm_last_error(c));
+  if (check_call(c, me, "broadcast", want_algo, "cma")) return 90;
+  for (size_t i = 0; i < count; i++)
+    STEP(72, out[i] == val(root, i + 5), "broadcast of %zu from %d in place=%d [%zu] = %g",
+         count, root, inplace, i, out[i]);
+  free(s);
+  free(r);
+  return 0;
+}
+
+/* Without a tuning file the copy collectives keep single copies while all ranks' buffers
+ * fit in the last-level cache (UNILINK_LLC_BYTES, 8 MiB here); the reductions bounce.
+ * For c floats a rank, all ranks' buffers come to: allgather 2 x 12c bytes (4c in, 8c
+ * out), alltoall 2 x 16c, broadcast 8c + 4c out of place and 4c + 4c in place. */
+static int rank_in_cache(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
+  enum { AG, A2A, BC, BC_IN_PLACE };
+  static const struct {
+    int coll;
+    size_t cnt;
+    const char *algo;
+  } cases[] = {
+      {AG, 65549, "direct"},           {A2A, 65549, "direct"},
+      {BC, 65549, "direct"},           {BC_IN_PLACE, 65549, "direct"},
+      {A2A, 262144, "direct"},         /* 8 MiB: fits exactly */
+      {A2A, 262145, "bounce"},         {AG, 786432, "bounce"}, /* 18 MiB */
+      {BC, 786432, "bounce"},          /* 9 MiB */
+      {BC_IN_PLACE, 786432, "direct"}, /* 6 MiB */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    long calls;
+    int bc = cases[k].coll == BC || cases[k].coll == BC_IN_PLACE;
+    int bad = bc ? broadcast_from(c, me, cases[k].cnt, 1, cases[k].coll == BC_IN_PLACE, NULL)
+                 : stream_calls_for(c, me, n, cases[k].coll == A2A, cases[k].cnt,
+                                    cases[k].algo, &calls);
+    if (bad) return bad;
+    ul_call_info_t info = last_call(c);
+    STEP(73, strcmp(info.algorithm, cases[k].algo) == 0, "case %zu ran %s, want %s (%s)", k,
+         info.algorithm, cases[k].algo, info.reason);
+    if (!strcmp(cases[k].algo, "direct"))
+      STEP(74,
+           strcmp(info.path, "cma") == 0 && strstr(info.reason, "8388608-byte last-level cache"),
+           "case %zu: path %s, reason %s", k, info.path, info.reason);
+  }
+  /* the reductions bounce at any size, and every collective stays exact */
+  int bad = all_colls(c, me, n, 65549, 0, NULL, NULL);
+  if (bad) return bad;
+  float *s = malloc(65549 * sizeof *s), *r = malloc(65549 * sizeof *r);
+  STEP(77, s && r, "out of memory");
+  for (size_t i = 0; i < 65549; i++) s[i] = val(me, i);
+  STEP(78, ul_allreduce(s, r, 65549, UL_FP32, UL_SUM, c, NULL) == UL_OK, "allreduce: %s",
+       ul_comm_last_error(c));
+  ul_call_info_t info = last_call(c);
+  STEP(79, strcmp(info.algorithm, "bounce") == 0, "allreduce ran %s (%s)", info.algorithm,
+       info.reason);
+  free(s);
+  free(r);
+  return fork_ranks_comm_down(c, me);
+}
+
+Test(bounce, copies_keep_single_copies_within_the_last_level_cache, .timeout = 180) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) cr_skip_test("one CPU: 2 ranks keep single copies");
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  unsetenv("UNILINK_TUNING_FILE");
+  setenv("UNILINK_LLC_BYTES", "8388608", 1);
+  fork_ranks_run("host", 2, rank_in_cache);
+  unsetenv("UNILINK_LLC_BYTES");
+}
+
+/* A single-copy broadcast from a private buffer: the root writes its block (one n-th:
+ * the root's of ul__block_range) into every receiver, which reads the rest. Every root,
+ * so the root's block is first, in the middle and last, with counts that do not divide
+ * by 3 (the first blocks one element longer) and smaller than 3 (empty blocks). Ranks
+ * outnumbering CPUs (set on every rank alike, whatever this machine has) read it whole. */
+static int rank_split_broadcast(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (hostcount_up(id, n, me, &c)) return 1;
+  setenv("UNILINK_ALGO", "broadcast:direct", 1);
+  static const size_t counts[] = {1, 2, 100003};
+  for (int over = 0; over < 2; over++) {
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      for (int root = 0; root < n; root++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          c->generic->oversubscribed = over;
+          long read0 = peer_read_bytes, write0 = peer_write_bytes;
+          int bad = broadcast_from(c, me, counts[k], root, inplace, "direct");
+          if (bad) return bad;
+          size_t block = over ? 0 : counts[k] / 3 + ((size_t)root < counts[k] % 3);
+          long want_read = me == root ? 0 : (long)((counts[k] - block) * sizeof(float));
+          long want_write = me == root ? (long)(2 * block * sizeof(float)) : 0;
+          long got_read = peer_read_bytes - read0, got_write = peer_write_bytes - write0;
+          STEP(80, got_read == want_read && got_write == want_write,
+               "%zu from %d, oversubscribed %d: read %ld B, wrote %ld B; want %ld and %ld",
+               counts[k], root, over, got_read, got_write, want_read, want_write);
+        }
+  }
+  unsetenv("UNILINK_ALGO");
+  return fork_ranks_comm_down(c, me);
+}
+
+Test(bounce, broadcast_splits_single_copies_with_the_root, .timeout = 180) {
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  register_hostcount();
+  fork_ranks_run("hostcount", 3, rank_split_broadcast);
 }

@@ -3,7 +3,9 @@
  * buffers in place (path "zero-copy"), on private buffers through the kernel ("cma"),
  * and on a mix of both ("zero-copy+cma" where some peers' buffers are mapped). With a
  * core per rank, private or mixed buffers bounce through the scratch instead for the
- * collectives that can (decision 0014: algorithm "bounce", path "shm-copy"). Results
+ * collectives that can (decision 0014: algorithm "bounce", path "shm-copy"), except the
+ * copy collectives while all ranks' buffers fit in the last-level cache (pinned here
+ * with UNILINK_LLC_BYTES: 0, unknown, or 1 GiB, which holds them). Results
  * are checked exactly for every direct collective, and buffers freed and allocated
  * again between calls must be mapped afresh (never a stale mapping of the old ones). */
 #include <criterion/criterion.h>
@@ -39,11 +41,16 @@ static void buf_free(ul_comm_t c, int ul, void *p) {
 
 static int32_t val(int rank, size_t i) { return (int32_t)((rank + 1) * 5 + (int)(i % 7)); }
 
+static int run_in_cache; /* UNILINK_LLC_BYTES holds every buffer; forked ranks inherit it */
+
 /* Whether this call bounces: some buffer private, a core per rank, and a collective
- * of the bounce family (not reduce, gather, scatter). */
+ * of the bounce family (not reduce, gather, scatter), unless it only copies and the
+ * cache holds every rank's buffers. */
 static int bounces(int mode, int n, const char *what) {
+  int copies =
+      !strcmp(what, "allgather") || !strcmp(what, "alltoall") || !strcmp(what, "broadcast");
   return mode != MEM_UL && n <= sysconf(_SC_NPROCESSORS_ONLN) && strcmp(what, "reduce") != 0 &&
-         strcmp(what, "gather") != 0 && strcmp(what, "scatter") != 0;
+         strcmp(what, "gather") != 0 && strcmp(what, "scatter") != 0 && !(copies && run_in_cache);
 }
 
 /* The path this rank's last call took must be `want` (or the bounce's). */
@@ -164,9 +171,12 @@ static int rank_main(ul_unique_id_t id, int n, int me, int mode) {
 static int run_mode; /* the forked ranks inherit it */
 static int rank_entry(ul_unique_id_t id, int n, int me) { return rank_main(id, n, me, run_mode); }
 
-static void run_processes(int n, int mode) {
+static void run_processes(int n, int mode, int in_cache) {
   run_mode = mode;
+  run_in_cache = in_cache;
+  setenv("UNILINK_LLC_BYTES", in_cache ? "1073741824" : "0", 1);
   fork_ranks_run("host", n, rank_entry);
+  unsetenv("UNILINK_LLC_BYTES");
 }
 
 static void need_cma(void) {
@@ -175,8 +185,21 @@ static void need_cma(void) {
     cr_skip_test("kernel.yama.ptrace_scope forbids process_vm_readv between sibling ranks");
 }
 
-Test(host_zero_copy, ul_mem_2, .timeout = 120) { need_cma(); run_processes(2, MEM_UL); }
-Test(host_zero_copy, ul_mem_3, .timeout = 120) { need_cma(); run_processes(3, MEM_UL); }
-Test(host_zero_copy, malloc_2, .timeout = 120) { need_cma(); run_processes(2, MEM_MALLOC); }
-Test(host_zero_copy, mixed_2, .timeout = 120) { need_cma(); run_processes(2, MEM_MIXED); }
-Test(host_zero_copy, mixed_3, .timeout = 120) { need_cma(); run_processes(3, MEM_MIXED); }
+Test(host_zero_copy, ul_mem_2, .timeout = 120) { need_cma(); run_processes(2, MEM_UL, 0); }
+Test(host_zero_copy, ul_mem_3, .timeout = 120) { need_cma(); run_processes(3, MEM_UL, 0); }
+Test(host_zero_copy, malloc_2, .timeout = 120) { need_cma(); run_processes(2, MEM_MALLOC, 0); }
+Test(host_zero_copy, mixed_2, .timeout = 120) { need_cma(); run_processes(2, MEM_MIXED, 0); }
+Test(host_zero_copy, mixed_3, .timeout = 120) { need_cma(); run_processes(3, MEM_MIXED, 0); }
+/* The copy collectives keep single copies; broadcast splits the copying with the root. */
+Test(host_zero_copy, malloc_2_in_cache, .timeout = 120) {
+  need_cma();
+  run_processes(2, MEM_MALLOC, 1);
+}
+Test(host_zero_copy, mixed_2_in_cache, .timeout = 120) {
+  need_cma();
+  run_processes(2, MEM_MIXED, 1);
+}
+Test(host_zero_copy, mixed_3_in_cache, .timeout = 120) {
+  need_cma();
+  run_processes(3, MEM_MIXED, 1);
+}

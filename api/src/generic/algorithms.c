@@ -282,30 +282,31 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                  "single-copy (process_vm_readv/writev) through memory");
     return rc;
   }
-  if (x.single_below) {
+  if (x.cma && g->zpeers > 0)
+    ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
+  if (x.single_below)
     snprintf(info->reason, sizeof info->reason,
              "process ranks, buffers peers cannot map: single copies (process_vm_readv/"
              "writev) below UNILINK_TUNING_FILE's bounce_from %zu bytes",
              x.single_below);
-    return rc;
-  }
-  if (x.unmeasured && g->zpeers == 0) { /* with mapped peers the path's reason below */
+  else if (x.single_in_cache)
+    snprintf(info->reason, sizeof info->reason,
+             "process ranks, buffers peers cannot map, all ranks' buffers within the "
+             "%zu-byte last-level cache: single copies (process_vm_readv/writev), one copy "
+             "in cache, not two",
+             g->llc_bytes);
+  else if (x.unmeasured && g->zpeers == 0) /* with mapped peers the path's reason below */
     ul__copy_str(info->reason, sizeof info->reason,
                  "ranks outnumber CPUs, buffers peers cannot map: single copies, as bouncing "
                  "is not measured for this rank count (bench/calibrate-host.sh writes a "
                  "UNILINK_TUNING_FILE)");
-    return rc;
-  }
-  if (x.cma && g->zpeers > 0) {
-    ul__copy_str(info->path, sizeof info->path, x.zc ? "zero-copy" : "zero-copy+cma");
-    if (!forced)
-      ul__copy_str(info->reason, sizeof info->reason,
-                   x.zc ? "process ranks: all peers' buffers from ul_mem_alloc mapped and "
-                          "read/written in place"
-                        : "process ranks: some peers' buffers from ul_mem_alloc mapped and "
-                          "read/written in place, the others single-copy "
-                          "(the backend's peer_read/peer_write)");
-  }
+  else if (x.cma && g->zpeers > 0 && !forced)
+    ul__copy_str(info->reason, sizeof info->reason,
+                 x.zc ? "process ranks: all peers' buffers from ul_mem_alloc mapped and "
+                        "read/written in place"
+                      : "process ranks: some peers' buffers from ul_mem_alloc mapped and "
+                        "read/written in place, the others single-copy "
+                        "(the backend's peer_read/peer_write)");
   return rc;
 }
 

@@ -89,6 +89,7 @@ static ul_result_t generic_probe_processes(ul__generic_t *g) {
   mb->cma_ok = ok != 0;
   mb->ncpu = g->ncpu;
   mb->l2_bytes = g->l2_bytes;
+  mb->llc_bytes = g->llc_bytes;
   UL_CHECK(ul__generic_barrier(g->comm, NULL, "generic layer setup"));
   int all = 1;
   for (int p = 0; p < g->n; p++) {
@@ -97,6 +98,7 @@ static ul_result_t generic_probe_processes(ul__generic_t *g) {
     /* Selection depends on it: every rank must use the same value. */
     if (pm->ncpu > 0 && pm->ncpu < g->ncpu) g->ncpu = pm->ncpu;
     if (pm->l2_bytes < g->l2_bytes) g->l2_bytes = pm->l2_bytes; /* so are pieces */
+    if (pm->llc_bytes < g->llc_bytes) g->llc_bytes = pm->llc_bytes; /* and single copies */
   }
   g->cma = all;
   g->opname = NULL;
@@ -202,7 +204,8 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   g->ncpu = ncpu > 0 ? (int)ncpu : 1;
   g->l2_bytes = generic_cache_bytes(2);
-  g->llc_bytes = generic_cache_bytes(3);
+  long long llc = ul__param_get_int(UL__P_LLC_BYTES);
+  g->llc_bytes = llc < 0 ? generic_cache_bytes(3) : (size_t)llc;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {
     rc = generic_probe_processes(g);

@@ -68,6 +68,7 @@ typedef struct ul__mailbox {
   int32_t cma_ok; /* init probe: the backend's peer_read/peer_write reach every peer */
   int32_t ncpu;   /* init probe: CPUs online as this rank sees them */
   uint64_t l2_bytes; /* init probe: its level-2 cache (0: unknown) */
+  uint64_t llc_bytes; /* init probe: its last-level cache (0: unknown) */
   /* Zero-copy: send/recv lie in mem_alloc memory peers can map (handle 0: no). */
   uint64_t send_handle, recv_handle;
   uint64_t send_offset, recv_offset;
@@ -87,7 +88,7 @@ typedef struct ul__generic {
    * is smaller (the same on every rank: min over process ranks) */
   size_t piece_bytes;
   size_t l2_bytes; /* level-2 cache, 0: unknown (min over process ranks) */
-  size_t llc_bytes; /* level-3 cache of this process's CPU 0, 0: unknown */
+  size_t llc_bytes; /* last-level cache (UNILINK_LLC_BYTES), 0: unknown (min over process ranks) */
   void **peer_bases;
   uint64_t *sent;  /* chunks sent to each peer */
   uint64_t *recvd; /* chunks consumed from each peer */
@@ -165,6 +166,9 @@ typedef struct ul__algo_ctx {
   /* after publish: it would have bounced but ranks outnumber CPUs and the tuning file
    * has no bounce_from for them (the reason then says how to measure one) */
   int unmeasured;
+  /* after publish: it would have bounced, but no tuning file measured this collective
+   * and every rank's buffers fit in the last-level cache */
+  int single_in_cache;
 } algo_ctx_t;
 
 #define BC(x) ((x)->c->bcomm)
@@ -241,8 +245,7 @@ static inline ul_result_t ul__out_copy(algo_ctx_t *x, void *dst, const void *src
 }
 
 /* Whether the bounced allgather and alltoall store their outputs streaming: only when all
- * ranks' inputs and outputs together (rank_bytes each) overflow the last-level cache
- * (this process's figure; a store's kind changes no result, so ranks need not agree).
+ * ranks' inputs and outputs together (rank_bytes each) overflow the last-level cache.
  * Below that the next call, or the caller, finds the outputs in the cache, where ordinary
  * stores cost no trip to memory (np2 allgather 4 MiB, medians of 5 interleaved rounds:
  * 198 -> 159 us, 8 MiB 392 -> 352, alltoall 192 -> 177 and 416 -> 399). The reductions
