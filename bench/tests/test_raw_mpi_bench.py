@@ -2,13 +2,15 @@
 """raw_mpi_bench under mpirun prints nccl-tests' table (label bench;mpi).
 
 Every collective, both timing methods: parse_nccl_tests.parse(strict=True) accepts the
-output (13-field rows, one gate-able footer), the sizes are the sweep asked for, every
+output (13-field rows, one gate-able footer), every page of both buffers is resident
+before timing (a page never written reads as the kernel's zero page: no traffic), the sizes are the sweep asked for, every
 checked column has #wrong 0 (alltoall's in-place column is N/A), busbw = algbw x nccl-tests'
 factor, the footer is the average busbw, and a bad argument exits 2.
 
 Usage: test_raw_mpi_bench.py --bench BIN -- MPIRUN [FLAGS..] -np 2
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -47,6 +49,11 @@ def main():
                 check(False, f"{label}: {ex}")
                 print(p.stdout)
                 continue
+            # every page of both buffers written before timing: none reads as the zero page
+            res_line = [ln for ln in p.stdout.splitlines() if ln.startswith("# Buffers:")]
+            m = re.search(r"(-?\d+) of (\d+) pages resident", res_line[0]) if res_line else None
+            check(m is not None and int(m.group(1)) == int(m.group(2)) > 0,
+                  f"{label}: buffers line {res_line}")
             rows = res["rows"]
             check(len(rows) == 6, f"{label}: {len(rows)} rows, want 6 (8 .. 256K by 8)")
             check(res["columns"][:5] == ["size", "count", "type", "redop", "root"],
