@@ -549,11 +549,12 @@ Test(bounce, copies_keep_single_copies_within_the_last_level_cache, .timeout = 1
   unsetenv("UNILINK_LLC_BYTES");
 }
 
-/* A single-copy broadcast from a private buffer: the root writes its block (one n-th:
- * the root's of ul__block_range) into every receiver, which reads the rest. Every root,
- * so the root's block is first, in the middle and last, with counts that do not divide
- * by 3 (the first blocks one element longer) and smaller than 3 (empty blocks). Ranks
- * outnumbering CPUs (set on every rank alike, whatever this machine has) read it whole. */
+/* A single-copy broadcast in place from a private buffer: the root writes its block (one
+ * n-th: the root's of ul__block_range) into every receiver, which reads the rest. Every
+ * root, so the root's block is first, in the middle and last, with counts that do not
+ * divide by 3 (the first blocks one element longer) and smaller than 3 (empty blocks).
+ * Out of place (the root copies its own output) and with ranks outnumbering CPUs (set on
+ * every rank alike, whatever this machine has) the receivers read it whole. */
 static int rank_split_broadcast(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
   if (hostcount_up(id, n, me, &c)) return 1;
@@ -567,13 +568,15 @@ static int rank_split_broadcast(ul_unique_id_t id, int n, int me) {
           long read0 = peer_read_bytes, write0 = peer_write_bytes;
           int bad = broadcast_from(c, me, counts[k], root, inplace, "direct");
           if (bad) return bad;
-          size_t block = over ? 0 : counts[k] / 3 + ((size_t)root < counts[k] % 3);
+          int split = !over && inplace;
+          size_t block = split ? counts[k] / 3 + ((size_t)root < counts[k] % 3) : 0;
           long want_read = me == root ? 0 : (long)((counts[k] - block) * sizeof(float));
           long want_write = me == root ? (long)(2 * block * sizeof(float)) : 0;
           long got_read = peer_read_bytes - read0, got_write = peer_write_bytes - write0;
           STEP(80, got_read == want_read && got_write == want_write,
-               "%zu from %d, oversubscribed %d: read %ld B, wrote %ld B; want %ld and %ld",
-               counts[k], root, over, got_read, got_write, want_read, want_write);
+               "%zu from %d, in place %d, oversubscribed %d: read %ld B, wrote %ld B; want %ld "
+               "and %ld",
+               counts[k], root, inplace, over, got_read, got_write, want_read, want_write);
         }
   }
   unsetenv("UNILINK_ALGO");

@@ -362,11 +362,11 @@ UL__HIDDEN ul_result_t ul__direct_allgather(algo_ctx_t *x) {
   return ul__generic_barrier(x->c, x->bs, NULL);
 }
 
-/* Broadcast by single copies when receivers cannot map the root's buffer: the root
- * writes one n-th of the message (its block) into every receiver's output while each
- * receiver reads the rest, so the root's CPU copies too instead of waiting (np2 in
- * place, medians of 3 interleaved rounds: 1 MiB pulled whole 46 us, split 27, Open MPI
- * 25). Receivers write their output where the root does not: the parts are disjoint. */
+/* Broadcast in place by single copies when receivers cannot map the root's buffer: the
+ * root writes one n-th of the message (its block) into every receiver's output while
+ * each receiver reads the rest, so the root's CPU copies too instead of waiting (np2,
+ * medians of 3 interleaved rounds: 1 MiB pulled whole 46 us, split 27). Receivers write
+ * their output where the root does not: the parts are disjoint. */
 static ul_result_t split_broadcast(algo_ctx_t *x, const void *src) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
@@ -377,7 +377,6 @@ static ul_result_t split_broadcast(algo_ctx_t *x, const void *src) {
     size_t end = off + len;
     return pull(x, a->root, at(a->recvbuf, end, es), at(src, end, es), (a->count - end) * es);
   }
-  UL_CHECK(pull(x, g->me, a->recvbuf, a->sendbuf, a->count * es)); /* out of place */
   for (int i = 1; i < g->n; i++) {
     int r = (g->me + i) % g->n;
     UL_CHECK(push(x, r, at(ul__mailbox(g, r)->recv, off, es), at(a->sendbuf, off, es), len * es,
@@ -393,9 +392,12 @@ UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x) {
   if (x->bounce) return bounce_instead(x);
   const void *src = g->me == a->root ? a->sendbuf : ul__mailbox(g, a->root)->send;
   /* No rank maps the root's input (the same on every rank: from its mailbox), and the
-   * root has a CPU of its own to copy with. Ranks outnumbering CPUs pull it whole: np4
-   * on 2 cores, in place, medians of 3 rounds: 8 MiB split 1314 us, whole 973. */
-  if (!g->load_store && !ul__mailbox(g, a->root)->send_handle && !g->oversubscribed) {
+   * root has a CPU of its own to copy with: one that neither waits for a CPU (ranks
+   * outnumbering CPUs pull it whole: np4 on 2 cores, in place, medians of 3 rounds, 8 MiB
+   * split 1314 us, whole 973) nor copies its own output (np2 out of place, 2 MiB: split
+   * 119 us, whole 86). */
+  const ul__mailbox_t *rm = ul__mailbox(g, a->root);
+  if (!g->load_store && !rm->send_handle && !g->oversubscribed && rm->send == rm->recv) {
     UL_CHECK(split_broadcast(x, src));
     return ul__generic_barrier(x->c, x->bs, NULL);
   }
