@@ -490,7 +490,8 @@ static int broadcast_from(ul_comm_t c, int me, size_t count, int root, int inpla
 }
 
 /* Without a tuning file the copy collectives keep single copies while all ranks' buffers
- * fit in the last-level cache (UNILINK_LLC_BYTES, 8 MiB here); the reductions bounce.
+ * fit in the last-level cache (UNILINK_LLC_BYTES, 8 MiB here), allgather and alltoall
+ * from one bounce piece of message on; the reductions bounce.
  * For c floats a rank, all ranks' buffers come to: allgather 2 x 12c bytes (4c in, 8c
  * out), alltoall 2 x 16c, broadcast 8c + 4c out of place and 4c + 4c in place. */
 static int rank_in_cache(ul_unique_id_t id, int n, int me) {
@@ -523,6 +524,16 @@ static int rank_in_cache(ul_unique_id_t id, int n, int me) {
       STEP(74,
            strcmp(info.path, "cma") == 0 && strstr(info.reason, "8388608-byte last-level cache"),
            "case %zu: path %s, reason %s", k, info.path, info.reason);
+  }
+  /* allgather and alltoall messages (the receive buffer) within one bounce piece bounce;
+   * from one piece on they copy once (pieces below 256 KiB: the staged algorithms'
+   * sizes come close, so checked where a block is above 64 KiB) */
+  size_t edge = c->generic->piece_bytes / (sizeof(float) * (size_t)n);
+  for (int a2a = 0; a2a < 2 && (edge - 1) * sizeof(float) > 65536; a2a++) {
+    long calls;
+    int bad = stream_calls_for(c, me, n, a2a, edge - 1, "bounce", &calls);
+    if (!bad) bad = stream_calls_for(c, me, n, a2a, edge, "direct", &calls);
+    if (bad) return bad;
   }
   /* the reductions bounce at any size, and every collective stays exact */
   int bad = all_colls(c, me, n, 65549, 0, NULL, NULL);
