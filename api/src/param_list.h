@@ -39,10 +39,10 @@
   X(CHUNK_BYTES, INT, "262144", "generic",                                                     \
     "bytes per pipelined chunk of the generic algorithms (bounce pieces: at most a quarter "   \
     "of the level-2 cache)")                                                                   \
-  X(LLC_BYTES, INT, "-1", "generic",                                                       \
-    "last-level cache (bytes) the generic layer plans with: copy collectives of process "    \
-    "ranks keep single copies while all ranks' buffers fit in it, bounced copies stream "     \
-    "past it (-1: CPU 0's, from sysfs or glibc; 0: unknown, always bounce)")                 \
+  X(LLC_BYTES, INT, "-1", "generic",                                                           \
+    "last-level cache (bytes) the generic layer plans with: copy collectives of process "      \
+    "ranks keep single copies while all ranks' buffers fit in it, bounced copies stream "      \
+    "past it (-1: CPU 0's, from sysfs or glibc; 0: unknown, always bounce)")                   \
   X(ONESHOT_BYTES, INT, "32768", "generic",                                                    \
     "largest message (bytes) of the single-sync one-shot allreduce of the generic layer "      \
     "(0: off)")                                                                                \

@@ -204,7 +204,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   g->ncpu = ncpu > 0 ? (int)ncpu : 1;
   g->l2_bytes = generic_cache_bytes(2);
-  long long llc = ul__param_get_int(UL__P_LLC_BYTES);
+  int64_t llc = ul__param_get_int(UL__P_LLC_BYTES);
   g->llc_bytes = llc < 0 ? generic_cache_bytes(3) : (size_t)llc;
   comm->generic = g;
   if (!g->load_store && g->shared_scratch && n > 1) {

@@ -88,7 +88,7 @@ typedef struct ul__generic {
    * is smaller (the same on every rank: min over process ranks) */
   size_t piece_bytes;
   size_t l2_bytes; /* level-2 cache, 0: unknown (min over process ranks) */
-  size_t llc_bytes; /* last-level cache (UNILINK_LLC_BYTES), 0: unknown (min over process ranks) */
+  size_t llc_bytes; /* last-level cache or UNILINK_LLC_BYTES, 0: unknown (min over ranks) */
   void **peer_bases;
   uint64_t *sent;  /* chunks sent to each peer */
   uint64_t *recvd; /* chunks consumed from each peer */
