@@ -133,7 +133,8 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
   int hand_over = would_bounce && (measured || !x->g->oversubscribed);
   x->unmeasured = would_bounce && !hand_over;
   if (!measured) from = 0;
-  x->single_below = hand_over && (sb > rb ? sb : rb) < from ? from : 0;
+  size_t largest = sb > rb ? sb : rb;
+  x->single_below = hand_over && largest < from ? from : 0;
   /* Not measured here: the copy collectives keep single copies while every rank's
    * buffers fit in the last-level cache. There one copy in cache beats two; past it both
    * are bound by memory, where the bounce's pieces keep both CPUs copying (np2, medians
@@ -148,7 +149,7 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
    * single copies (in place, 128 KiB: 8.2 and 12.3 us). */
   int copies = x->a->coll == UL_COLL_BROADCAST ||
                ((x->a->coll == UL_COLL_ALLGATHER || x->a->coll == UL_COLL_ALLTOALL) &&
-                (sb > rb ? sb : rb) >= x->g->piece_bytes);
+                largest >= x->g->piece_bytes);
   x->single_in_cache = hand_over && !measured && copies && x->g->llc_bytes &&
                        all_ranks_buffer_bytes(x, sb, rb) <= x->g->llc_bytes;
   x->bounce = hand_over && !x->single_below && !x->single_in_cache ? bounce : NULL;
