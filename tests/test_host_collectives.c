@@ -409,6 +409,15 @@ static int last_call_follows(ul_comm_t c, int me, int n) {
   CHECK(allreduce_checked(c, me, n, 2, &after) == 0, "8 B allreduce after the failure");
   CHECK(!strcmp(after.algorithm, "line") && after.sequence == again.sequence + 2,
         "then ran '%s' as call %llu", after.algorithm, (unsigned long long)after.sequence);
+  /* A forced one-shot too large for its staging: the error names the collective and the
+   * size it counted (it said "allreduce" for every collective). */
+  static int32_t big[16384];
+  setenv("UNILINK_ALGO", "broadcast:staged", 1);
+  rc = ul_broadcast(big, big, 16384, UL_INT32, 0, c, NULL);
+  unsetenv("UNILINK_ALGO");
+  CHECK(rc == UL_ERR_UNSUPPORTED && strstr(ul_comm_last_error(c), "'staged' broadcast of 65536 "
+                                                                  "bytes; it handles at most"),
+        "forced staged broadcast of 64 KiB gave %d: %s", rc, ul_comm_last_error(c));
   return 0;
 }
 

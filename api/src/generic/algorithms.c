@@ -236,9 +236,10 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
                                 comm->props.path);
     if (is_oneshot(al) && oneshot_bytes_of(al, &x, bytes) > oneshot_capacity(g, al))
       return ul__comm_set_error(comm, UL_ERR_UNSUPPORTED,
-                                "UNILINK_ALGO asks for '%s' allreduce of %zu bytes; it "
-                                "handles at most %zu",
-                                al->name, bytes, oneshot_capacity(g, al));
+                                "UNILINK_ALGO asks for '%s' %s of %zu bytes; it handles at "
+                                "most %zu",
+                                al->name, ul_coll_name(a->coll), oneshot_bytes_of(al, &x, bytes),
+                                oneshot_capacity(g, al));
     if (zero) return zero_count_call(info);
     ul__copy_str(info->reason, sizeof info->reason, "forced by UNILINK_ALGO");
   } else {
