@@ -187,10 +187,10 @@ static double time_call(int coll, const counts_t *k, int in_place, int iters, in
     MPI_Barrier(MPI_COMM_WORLD);
     t = MPI_Wtime();
     rc = call(coll, k, in_place);
-    t = MPI_Wtime() - t;
+    scratch[i] = MPI_Wtime() - t;
     if (rc != MPI_SUCCESS) return -1;
-    MPI_Allreduce(&t, &scratch[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   }
+  MPI_Allreduce(MPI_IN_PLACE, scratch, iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   qsort(scratch, (size_t)iters, sizeof(double), cmp_double);
   t = iters % 2 ? scratch[iters / 2] : (scratch[iters / 2 - 1] + scratch[iters / 2]) / 2;
   return t * 1e6;
