@@ -472,22 +472,29 @@ Test(bounce, copy_outputs_stream_past_the_last_level_cache, .timeout = 180) {
 
 /* One broadcast of count floats from root, in place or not, checked exactly, reporting
  * want_algo (and its path with private buffers); NULL: whatever the core picks. */
-static int broadcast_from(ul_comm_t c, int me, size_t count, int root, int inplace,
-                          const char *want_algo) {
-  float *s = malloc(count * sizeof *s + 1), *r = malloc(count * sizeof *r + 1);
+static int broadcast_from_buffers(ul_comm_t c, int me, size_t count, int root, int inplace,
+                                  int exported, const char *want_algo) {
+  float *s = buf_new(c, count, exported), *r = buf_new(c, count, exported);
   STEP(70, s && r, "out of memory");
   for (size_t i = 0; i < count; i++) s[i] = me == root ? val(root, i + 5) : -2, r[i] = -1;
   float *out = inplace ? s : r;
   ul_result_t rc = ul_broadcast(s, out, count, UL_FP32, root, c, NULL);
   STEP(71, rc == UL_OK, "broadcast: %s", ul_comm_last_error(c));
-  const char *path = want_algo && !strcmp(want_algo, "bounce") ? "shm-copy" : "cma";
+  const char *path = want_algo && !strcmp(want_algo, "bounce") ? "shm-copy"
+                     : exported                                 ? "zero-copy"
+                                                                : "cma";
   if (check_call(c, me, "broadcast", want_algo, path)) return 90;
   for (size_t i = 0; i < count; i++)
     STEP(72, out[i] == val(root, i + 5), "broadcast of %zu from %d in place=%d [%zu] = %g",
          count, root, inplace, i, out[i]);
-  free(s);
-  free(r);
+  buf_free(c, s, exported);
+  buf_free(c, r, exported);
   return 0;
+}
+
+static int broadcast_from(ul_comm_t c, int me, size_t count, int root, int inplace,
+                          const char *want_algo) {
+  return broadcast_from_buffers(c, me, count, root, inplace, 0, want_algo);
 }
 
 /* Without a tuning file the copy collectives keep single copies while all ranks' buffers
@@ -598,4 +605,42 @@ Test(bounce, broadcast_splits_single_copies_with_the_root, .timeout = 180) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   register_hostcount();
   fork_ranks_run("hostcount", 3, rank_split_broadcast);
+}
+
+/* Process ranks outnumbering CPUs (set on every rank alike, whatever this machine has)
+ * broadcast less than one bounce piece through scratch without publishing, for private
+ * and exported buffers alike; from one piece on the direct algorithm runs, as it does for
+ * that size when the CPUs suffice. Every root's result exact, in place and not. */
+static int rank_oversubscribed_broadcast(ul_unique_id_t id, int n, int me) {
+  ul_comm_t c;
+  if (fork_ranks_comm_up(id, n, me, &c)) return 1;
+  size_t piece = c->generic->piece_bytes / sizeof(float);
+  STEP(60, (piece - 1) * sizeof(float) > c->generic->oneshot_bytes,
+       "piece of %zu floats is within the staged limit", piece);
+  c->generic->oversubscribed = 1;
+  for (int exported = 0; exported < 2; exported++)
+    for (int root = 0; root < n; root++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        int bad = broadcast_from_buffers(c, me, piece - 1, root, inplace, exported, "bounce");
+        if (bad) return bad;
+        ul_call_info_t info = last_call(c);
+        STEP(61, strstr(info.reason, "ranks outnumber CPUs") != NULL, "reason: %s", info.reason);
+        bad = broadcast_from_buffers(c, me, piece, root, inplace, exported, "direct");
+        if (bad) return bad;
+      }
+  /* with the CPUs sufficing, the same rule does not apply (a size not run above: the
+   * selection is kept per size) */
+  c->generic->oversubscribed = 0;
+  int bad = broadcast_from_buffers(c, me, piece - 2, 0, 1, 0, NULL);
+  if (bad) return bad;
+  ul_call_info_t info = last_call(c);
+  STEP(62, strstr(info.reason, "ranks outnumber CPUs") == NULL, "%s: %s", info.algorithm,
+       info.reason);
+  return fork_ranks_comm_down(c, me);
+}
+
+Test(bounce, oversubscribed_broadcast_within_a_piece_bounces_unpublished, .timeout = 180) {
+  if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
+  unsetenv("UNILINK_TUNING_FILE");
+  fork_ranks_run("host", 3, rank_oversubscribed_broadcast);
 }
