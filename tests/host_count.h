@@ -52,6 +52,17 @@ static ul_result_t counted_peer_write(ul_backend_comm_t *c, int peer, void *remo
   return host_peer_write(c, peer, remote, local, bytes);
 }
 
+/* Each signal this process sends, shown to a test's hook before it goes (NULL: none). */
+static void (*signal_seen)(ul_backend_comm_t *, ul_backend_window_t *, int peer, int index);
+static ul_result_t (*host_signal)(ul_backend_comm_t *, ul_backend_window_t *, int, int,
+                                  ul_backend_stream_t *);
+
+static ul_result_t seen_signal(ul_backend_comm_t *c, ul_backend_window_t *w, int peer, int index,
+                               ul_backend_stream_t *s) {
+  if (signal_seen) signal_seen(c, w, peer, index);
+  return host_signal(c, w, peer, index, s);
+}
+
 static ul_result_t counted_reduce_stream(ul_backend_comm_t *c, void *const *dst, int ndst,
                                          const void *a, const void *b, size_t count,
                                          ul_dtype_t dt, ul_op_t op, ul_backend_stream_t *s) {
@@ -74,6 +85,8 @@ static void register_hostcount(void) {
   count_ops.peer_read = counted_peer_read;
   host_peer_write = host->ops.peer_write;
   count_ops.peer_write = counted_peer_write;
+  host_signal = host->ops.signal;
+  count_ops.signal = seen_signal;
   cr_assert_eq(ul__registry_add(&count_ops, NULL, NULL), UL_OK, "%s", ul_last_error());
 }
 
