@@ -607,18 +607,42 @@ Test(bounce, broadcast_splits_single_copies_with_the_root, .timeout = 180) {
   fork_ranks_run("hostcount", 3, rank_split_broadcast);
 }
 
+/* An alltoall or reduce_scatter of cnt floats a block from buffers of either kind, which
+ * must have run want (bounce: for ranks outnumbering CPUs); exactness is all_colls'. */
+static int block_coll_ran(ul_comm_t c, int me, int n, int alltoall, size_t cnt, int exported,
+                          const char *want) {
+  size_t all = cnt * (size_t)n;
+  float *s = buf_new(c, all, exported), *r = buf_new(c, all, exported);
+  STEP(63, s && r, "out of memory");
+  for (size_t i = 0; i < all; i++) s[i] = val(me, i);
+  ul_result_t rc = alltoall ? ul_alltoall(s, r, cnt, UL_FP32, c, NULL)
+                            : ul_reduce_scatter(s, r, cnt, UL_FP32, UL_SUM, c, NULL);
+  STEP(64, rc == UL_OK, "%s: %s", alltoall ? "alltoall" : "reduce_scatter", ul_comm_last_error(c));
+  ul_call_info_t info = last_call(c);
+  STEP(65, !strcmp(info.algorithm, want) &&
+               (strcmp(want, "bounce") || strstr(info.reason, "ranks outnumber CPUs")),
+       "%s of %zu a block (exported %d) ran %s (%s), want %s",
+       alltoall ? "alltoall" : "reduce_scatter", cnt, exported, info.algorithm, info.reason,
+       want);
+  buf_free(c, s, exported);
+  buf_free(c, r, exported);
+  return 0;
+}
+
 /* Process ranks outnumbering CPUs (set on every rank alike, whatever this machine has)
- * broadcast less than one bounce piece through scratch without publishing, for private
- * and exported buffers alike; from one piece on the direct algorithm runs, as it does for
- * that size when the CPUs suffice. Every root's result exact, in place and not. */
-static int rank_oversubscribed_broadcast(ul_unique_id_t id, int n, int me) {
+ * broadcast, alltoall and reduce_scatter buffers smaller than one bounce piece through
+ * scratch without publishing, for private and exported buffers alike; from one piece on
+ * the direct algorithm runs, as it does for those sizes when the CPUs suffice. Every
+ * result exact: broadcast from every root, in place and not, and all_colls. */
+static int rank_oversubscribed_small(ul_unique_id_t id, int n, int me) {
   ul_comm_t c;
   if (fork_ranks_comm_up(id, n, me, &c)) return 1;
   size_t piece = c->generic->piece_bytes / sizeof(float);
-  STEP(60, (piece - 1) * sizeof(float) > c->generic->oneshot_bytes,
+  size_t below = (piece - 1) / (size_t)n, at = (piece + (size_t)n - 1) / (size_t)n; /* a block */
+  STEP(60, below * (size_t)n * sizeof(float) > c->generic->oneshot_bytes,
        "piece of %zu floats is within the staged limit", piece);
   c->generic->oversubscribed = 1;
-  for (int exported = 0; exported < 2; exported++)
+  for (int exported = 0; exported < 2; exported++) {
     for (int root = 0; root < n; root++)
       for (int inplace = 0; inplace < 2; inplace++) {
         int bad = broadcast_from_buffers(c, me, piece - 1, root, inplace, exported, "bounce");
@@ -628,7 +652,15 @@ static int rank_oversubscribed_broadcast(ul_unique_id_t id, int n, int me) {
         bad = broadcast_from_buffers(c, me, piece, root, inplace, exported, "direct");
         if (bad) return bad;
       }
-  /* with the CPUs sufficing, the same rule does not apply (a size not run above: the
+    for (int alltoall = 0; alltoall < 2; alltoall++) {
+      int bad = block_coll_ran(c, me, n, alltoall, below, exported, "bounce");
+      if (!bad) bad = block_coll_ran(c, me, n, alltoall, at, exported, "direct");
+      if (bad) return bad;
+    }
+    int bad = all_colls(c, me, n, below, exported, NULL, NULL);
+    if (bad) return bad;
+  }
+  /* with the CPUs sufficing, the same rule does not apply (sizes not run above: the
    * selection is kept per size) */
   c->generic->oversubscribed = 0;
   int bad = broadcast_from_buffers(c, me, piece - 2, 0, 1, 0, NULL);
@@ -639,8 +671,8 @@ static int rank_oversubscribed_broadcast(ul_unique_id_t id, int n, int me) {
   return fork_ranks_comm_down(c, me);
 }
 
-Test(bounce, oversubscribed_broadcast_within_a_piece_bounces_unpublished, .timeout = 180) {
+Test(bounce, oversubscribed_small_buffers_bounce_unpublished, .timeout = 180) {
   if (!fork_ranks_cma_allowed()) cr_skip_test("Yama ptrace_scope forbids single copy: no direct algorithm");
   unsetenv("UNILINK_TUNING_FILE");
-  fork_ranks_run("host", 3, rank_oversubscribed_broadcast);
+  fork_ranks_run("host", 3, rank_oversubscribed_small);
 }

@@ -81,6 +81,12 @@ static void coll_buffer_bytes(const algo_ctx_t *x, size_t *sb, size_t *rb) {
   }
 }
 
+size_t ul__largest_buffer_bytes(const algo_ctx_t *x) {
+  size_t sb, rb;
+  coll_buffer_bytes(x, &sb, &rb);
+  return sb > rb ? sb : rb;
+}
+
 /* Bytes of buffers all ranks' copy collective touches, from their mailboxes (the same
  * sum on every rank, though ranks may differ in what runs in place). A send buffer
  * inside the receive buffer (in place) is not counted again; a broadcast's receivers
@@ -133,7 +139,7 @@ static ul_result_t publish(algo_ctx_t *x, ul_result_t (*bounce)(algo_ctx_t *)) {
   int hand_over = would_bounce && (measured || !x->g->oversubscribed);
   x->unmeasured = would_bounce && !hand_over;
   if (!measured) from = 0;
-  size_t largest = sb > rb ? sb : rb;
+  size_t largest = ul__largest_buffer_bytes(x);
   x->single_below = hand_over && largest < from ? from : 0;
   /* Not measured here: the copy collectives keep single copies while every rank's
    * buffers fit in the last-level cache. There one copy in cache beats two; past it both

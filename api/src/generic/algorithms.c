@@ -143,18 +143,27 @@ static size_t oneshot_limit(const ul__generic_t *g, const algo_entry_t *e) {
   return oneshot_capacity(g, e);
 }
 
-/* Process ranks outnumbering CPUs broadcast less than one bounce piece through shared
- * scratch at once, without the direct algorithm's publishing: its barrier and its
+/* Process ranks outnumbering CPUs move buffers smaller than one bounce piece through
+ * shared scratch at once, without the direct algorithm's publishing: its barrier and its
  * closing one each wait until every rank has been scheduled, which cost more than the
  * bounce's second copy. The same on every rank (the size, the agreed CPU count and
  * piece) and for every buffer kind, since nothing is published to tell them apart. 4
- * ranks on 2 CPUs, medians of 2 rounds, us, direct / bounce: malloc 64 KiB 32.2 / 14.9
- * back to back, 33.8 / 21.5 synchronized; 128 KiB 41.9 / 21.7, 41.9 / 32.5; ul_mem_alloc
- * 64 KiB 28.8 / 14.7, 32.2 / 17.7; 128 KiB 36.6 / 23.2, 31.7 / 31.7. At a whole piece
- * (256 KiB) ul_mem_alloc buffers lost synchronized (34.3-40.9 against 42.6-45.8), past
- * it by 2x (1 MiB). */
-static int broadcast_bounces_unpublished(const ul__generic_t *g, size_t bytes) {
-  return g->oversubscribed && !g->load_store && g->shared_scratch && bytes < g->piece_bytes;
+ * ranks on 2 CPUs, medians of 2 rounds, us, direct / bounce, back to back and
+ * synchronized: broadcast 64 KiB malloc 32.2 / 14.9 and 33.8 / 21.5, ul_mem_alloc 28.8 /
+ * 14.7 and 32.2 / 17.7; alltoall 64 KiB malloc 64.0 / 20.0 and 62.0 / 25.8, ul_mem_alloc
+ * 44.1 / 22.6 and 32.8 / 21.3; reduce_scatter 128 KiB malloc 68.6 / 26.8 and 57.6 / 38.9,
+ * ul_mem_alloc 60.4 / 30.6 and 40.2 / 33.7. At a whole piece (256 KiB) ul_mem_alloc
+ * buffers lost synchronized (alltoall 37.0 against 40.3, reduce_scatter 45.3 against
+ * 48.5, broadcast 34.3-40.9 against 42.6-45.8), past it by up to 2x. Not the allreduce:
+ * its zero-copy direct beat the bounce (ul_mem_alloc 64 KiB b2b 39.0 against 48.7), and
+ * not allgather: within a piece it runs staged. */
+static int bounces_unpublished(const algo_ctx_t *x) {
+  const ul__generic_t *g = x->g;
+  ul_coll_t coll = x->a->coll;
+  return g->oversubscribed && !g->load_store && g->shared_scratch &&
+         (coll == UL_COLL_BROADCAST || coll == UL_COLL_ALLTOALL ||
+          coll == UL_COLL_REDUCE_SCATTER) &&
+         ul__largest_buffer_bytes(x) < g->piece_bytes;
 }
 
 /* Every rank passes the same zero count: nothing to move and nothing to wait for (as
@@ -200,11 +209,11 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              "%sprocess ranks: single-copy reads/writes of peers' buffers with the "
              "backend's peer_read/peer_write (host: process_vm_readv/writev)",
              over);
-  else if (al->run == ul__bounce_broadcast && broadcast_bounces_unpublished(g, bytes))
+  else if (!strcmp(al->name, "bounce") && bounces_unpublished(x))
     snprintf(r, rl,
-             "ranks outnumber CPUs, %zu bytes < a %zu-byte piece: through shared scratch, "
-             "buffers not published (its barriers wait for every rank to run)",
-             bytes, g->piece_bytes);
+             "ranks outnumber CPUs, buffers < a %zu-byte piece: through shared scratch, "
+             "not published (publishing's barriers wait for every rank to run)",
+             g->piece_bytes);
   else if (x->a->coll == UL_COLL_BARRIER)
     snprintf(r, rl, "barrier: one signal to every peer, then wait for theirs (the only "
                     "barrier of the generic layer)");
@@ -272,7 +281,7 @@ static ul_result_t generic_collective(ul_comm_t comm, const ul__coll_args_t *a, 
       if (!needs_met(g, e->needs)) continue;
       if (is_oneshot(e) && oneshot_bytes_of(e, &x, bytes) > oneshot_limit(g, e))
         continue;
-      if (e->run == ul__direct_broadcast && broadcast_bounces_unpublished(g, bytes)) continue;
+      if (e->needs == NEED_DIRECT && bounces_unpublished(&x)) continue;
       al = e;
     }
     if (!al) return ul__comm_set_error(comm, UL_ERR_INTERNAL, "no generic algorithm for %s",

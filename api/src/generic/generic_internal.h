@@ -282,6 +282,8 @@ UL__HIDDEN ul_result_t ul__direct_broadcast(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__direct_alltoall(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__direct_gather(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__direct_scatter(algo_ctx_t *x);
+/* The larger of a call's send and receive buffers, in bytes (what bounce pieces cut). */
+UL__HIDDEN size_t ul__largest_buffer_bytes(const algo_ctx_t *x);
 /* algo_staged.c: small messages staged in shared scratch, one synchronisation. */
 UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x);
 UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x);
