@@ -421,7 +421,7 @@ ul_result_t ul__generic_barrier(ul_comm_t comm, ul_backend_stream_t *bs, const c
           if (len < sizeof list - 8) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", missing > 1 ? "," : "", q);
         }
       }
-      if (gather && !missing) {
+      if (gather && g->me != 0 && !missing) {
         missing = 1;
         ul__copy_str(list, sizeof list, "0");
       }
