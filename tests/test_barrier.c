@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "fork_ranks.h"
@@ -52,9 +53,14 @@ static int gathered_by(ul_unique_id_t id, int n, int me, const int *over) {
   }
   for (int b = 0; b < 6; b++) {
     c->generic->oversubscribed = over[b];
+    c->generic->reason[UL_COLL_BARRIER].algo = NULL; /* its cached reason: comms never switch */
     long early0 = early_releases, sent0 = releases;
     if (me != 0) usleep(20000);
     STEP(2, ul_barrier(c, NULL) == UL_OK, "barrier %d: %s", b, ul_comm_last_error(c));
+    ul_call_info_t info = {.struct_size = sizeof info};
+    STEP(6, ul_comm_last_call(c, &info) == UL_OK &&
+                (strstr(info.reason, "releases them") != NULL) == over[b],
+         "barrier %d (ranks outnumber CPUs: %d): reason %s", b, over[b], info.reason);
     if (me == 0) {
       STEP(3, releases - sent0 == n - 1, "barrier %d: rank 0 signalled %ld peers", b,
            releases - sent0);

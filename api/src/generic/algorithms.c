@@ -214,6 +214,10 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
              "ranks outnumber CPUs, buffers < a %zu-byte piece: through shared scratch, "
              "not published (publishing's barriers wait for every rank to run)",
              g->piece_bytes);
+  else if (x->a->coll == UL_COLL_BARRIER && g->oversubscribed)
+    snprintf(r, rl, "barrier, ranks outnumber CPUs: every rank signals rank 0, which releases "
+                    "them once all have arrived and leaves first (the only barrier of the "
+                    "generic layer)");
   else if (x->a->coll == UL_COLL_BARRIER)
     snprintf(r, rl, "barrier: one signal to every peer, then wait for theirs (the only "
                     "barrier of the generic layer)");

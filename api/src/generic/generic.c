@@ -400,7 +400,8 @@ ul_result_t ul__generic_barrier(ul_comm_t comm, ul_backend_stream_t *bs, const c
     UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, p, UL__SIG_SYNC(g, g->me), bs));
   }
   /* rank 0 last: its release then implies every rank has signalled every peer */
-  if (gather && g->me != 0) UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, 0, UL__SIG_SYNC(g, g->me), bs));
+  if (gather && g->me != 0)
+    UL_CHECK(c->backend->ops.signal(c->bcomm, g->win, 0, UL__SIG_SYNC(g, g->me), bs));
   for (int i = 1; i < g->n; i++) {
     int p = (g->me + g->n - i) % g->n;
     if (gather && g->me != 0 && p != 0) continue; /* rank 0's release says they arrived */
