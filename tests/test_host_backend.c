@@ -8,11 +8,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -928,4 +931,95 @@ Test(host_backend, default_spin_is_a_time_budget, .timeout = 30) {
                HOST_SPIN_BUDGET_NS);
   cr_expect_eq(comms[0]->oversubscribed, 0);
   for (int r = 0; r < 2; r++) H->comm_destroy(comms[r]);
+}
+
+/* ------------------------------------------------- waits and the CPUs they run on */
+
+/* This process's sched_yield calls. The test binary's definition comes before libc's
+ * for every caller, the backend's inlined waits included. */
+static atomic_long yields_seen;
+int sched_yield(void) {
+  atomic_fetch_add(&yields_seen, 1);
+  return (int)syscall(SYS_sched_yield);
+}
+
+typedef struct late_signal {
+  solo_t *s;
+  uint64_t value; /* signal 3 reaches this */
+  ul_result_t rc;
+  long yields;    /* what the wait cost in sched_yield calls */
+} late_signal_t;
+
+static void *late_signal_wait(void *p) {
+  late_signal_t *l = p;
+  long before = atomic_load(&yields_seen);
+  l->rc = H->wait_signal(l->s->c, l->s->w, 3, l->value, NULL);
+  l->yields = atomic_load(&yields_seen) - before;
+  return NULL;
+}
+
+/* Where every rank has a CPU of its own, a wait polls between pauses and never yields: a
+ * yield there can only hand the CPU to an unrelated task for the rest of its time slice
+ * (a synchronized 2-rank allreduce next to one busy process took 1.2-4 ms a call).
+ * Elsewhere it yields, since the peer it waits for may be queued on its CPU. The signal
+ * comes 5 ms late, past both ways of polling (0.2 ms), so both end in a futex sleep. */
+Test(host_backend, waits_yield_only_where_a_peer_may_share_the_cpu, .timeout = 20) {
+  need_host();
+  solo_t s;
+  solo_open(&s, 5000);
+  for (int pinned = 0; pinned < 2; pinned++) {
+    s.c->pinned_apart = pinned;
+    late_signal_t l = {&s, (uint64_t)pinned + 1, UL_ERR_INTERNAL, -1};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, late_signal_wait, &l), 0);
+    sleep_ms(5);
+    cr_assert_eq(H->signal(s.c, s.w, 0, 3, NULL), UL_OK, "%s", ul_last_error());
+    pthread_join(th, NULL);
+    cr_assert_eq(l.rc, UL_OK, "%s", ul_last_error());
+    if (pinned) cr_expect_eq(l.yields, 0, "pinned apart, the wait yielded %ld times", l.yields);
+    else cr_expect_gt(l.yields, 0, "not pinned apart, the wait never yielded");
+  }
+  solo_close(&s);
+}
+
+/* How process ranks pin themselves (ctx): 0 not at all, 1 each to a CPU of its own, 2
+ * all to one CPU. The two CPUs are the first two this test may run on. */
+typedef struct pin_plan {
+  int how;
+  int cpu[2];
+} pin_plan_t;
+
+static int proc_pinned(const unsigned char *id, int rank, int n, void *ctx) {
+  const pin_plan_t *plan = ctx;
+  if (plan->how) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(plan->cpu[plan->how == 1 ? rank : 0], &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) return 1;
+  }
+  ul_backend_comm_args_t a = make_args(id, rank, n, 10000, NULL);
+  ul_backend_comm_props_t props = make_props();
+  ul_backend_comm_t *c = NULL;
+  if (H->comm_init(&a, &c, &props) != UL_OK) return 2;
+  int got = c->pinned_apart;
+  H->comm_destroy(c);
+  return got == (plan->how == 1) ? 0 : 3 + got;
+}
+
+/* Process ranks learn at init whether each has a CPU of its own (mpirun --bind-to
+ * core): only then do their waits keep the CPU. */
+Test(host_backend, pinned_apart_only_when_every_rank_has_its_own_cpu, .timeout = 30) {
+  need_host();
+  cpu_set_t mine;
+  cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) cr_skip_test("this test may run on one CPU only");
+  pin_plan_t plan = {0, {-1, -1}};
+  for (int i = 0, k = 0; i < CPU_SETSIZE && k < 2; i++)
+    if (CPU_ISSET(i, &mine)) plan.cpu[k++] = i;
+  for (plan.how = 0; plan.how < 3; plan.how++) {
+    unsigned char id[PAYLOAD];
+    make_id(id);
+    run_process_ranks(id, 2, proc_pinned, &plan);
+    assert_no_segments(id);
+  }
 }

@@ -61,8 +61,8 @@
     "process ranks read and write each other's ul_mem_alloc buffers in place (0: single-copy " \
     "or staged only)")                                                                         \
   X(HOST_SPIN, INT, "-1", "host",                                                              \
-    "pause iterations a waiter spins before yielding (-1: as many as take 1.3 us here, or 8 "  \
-    "when ranks outnumber CPUs)")                                                              \
+    "pause iterations a waiter spins before its clock starts (-1: as many as take 1.3 us "     \
+    "here, or 8 when ranks outnumber CPUs, whose waits then yield)")                           \
   X(SIM_TOPOLOGY, STR, "dgx-h100", "sim",                                                      \
     "topology the sim backend models: a preset (unilink-model topologies), <preset>x<N>, or "  \
     "a topology file")                                                                         \

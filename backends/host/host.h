@@ -39,7 +39,7 @@
 #define HOST_SHM_PREFIX "unilink-" /* as listed in /dev/shm */
 #define HOST_NAME_MAX_LEN 64
 #define HOST_CTRL_MAGIC 0x756c686f73746331ULL /* "ulhostc1" */
-#define HOST_CTRL_VERSION 3u /* 2: revoke and shrink fields; 3: self_addr */
+#define HOST_CTRL_VERSION 4u /* 2: revoke and shrink fields; 3: self_addr; 4: cpu */
 #define HOST_CACHELINE 64
 #define HOST_HUGE_ALIGN (2u << 20)
 
@@ -55,6 +55,7 @@ typedef struct host_slot {
 typedef struct host_ctrl_rank {
   _Atomic int32_t present; /* 1 once the rank has joined */
   int32_t pid;
+  int32_t cpu;             /* the one CPU the rank's process may run on; -1: several */
   _Atomic int32_t aborted; /* the rank ran comm_abort */
   int32_t status;          /* window exchange step 1 (publish): UL_OK or the rank's error */
   int32_t status2;         /* window exchange step 2 (map peers) */
@@ -102,8 +103,9 @@ typedef struct host_waiter {
   const volatile int *abort_flag; /* core's flag, may be NULL */
   const _Atomic int *dead;        /* our own comm_abort flag, may be NULL */
   int timeout_ms;                 /* 0 = forever */
-  int spin;                       /* pause iterations before yielding */
-  int oversubscribed;             /* more ranks than CPUs: yield longer, spin less */
+  int spin;                       /* pause iterations before the clock starts */
+  int oversubscribed;             /* more ranks than CPUs: yield, spin less */
+  int pinned_apart;               /* each rank on a CPU of its own: poll, never yield */
   int shared;                     /* futex without FUTEX_PRIVATE_FLAG */
   host_ctrl_t *ctrl;              /* peers' abort flags; NULL: none */
   int nranks, self;
@@ -165,6 +167,7 @@ struct ul_backend_comm {
   _Atomic int dead; /* set by comm_abort */
   int spin;
   int oversubscribed; /* ranks outnumber online CPUs */
+  int pinned_apart;   /* process ranks pinned each to its own CPU (host_wait.c) */
   /* Control area: a mapping of the control segment, or a heap block shared by the
    * ranks of one comm_init_all (refcounted). */
   host_ctrl_t *ctrl;

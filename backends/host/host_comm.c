@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,14 @@
 
 #include "host.h"
 
-/* How long a waiter spins before yielding: ~1.3 us, longer than a peer's cross-core
- * signal (~0.2-1 us), short enough not to hold a core a descheduled peer needs (2000
- * pauses: 70-120 us per allreduce under load; docs/performance.md). That was 32 pauses
- * of ~40 ns; on the reference EPYC VM a pause takes 19.5 ns, so 32 spun 0.6 us and a
- * synchronized 8-byte broadcast waited past it, yielding (1.2 us a yield there): 4.1 us
- * against 1.4 us with 64 pauses, while 2 thread ranks next to a CPU hog went from 8.9 to
- * only 9.5 us (160 pauses: 14 us). So the spin is a time budget, turned into pauses by
- * timing them once per process. */
+/* How long a waiter polls before it reads the clock: ~1.3 us, longer than a peer's
+ * cross-core signal (~0.2-1 us). The wait used to yield right after it: 32 pauses of
+ * 19.5 ns (the reference EPYC VM) spun 0.6 us and a synchronized 8-byte broadcast waited
+ * into the yields, 4.1 us against 1.4 us with 64 pauses. So the spin is a time budget,
+ * turned into pauses by timing them once per process. With a CPU per rank the wait
+ * polls on between pauses (host_wait.c); ranks outnumbering CPUs spin 8 pauses, then
+ * yield, because the peer they wait for needs the core (2000 pauses: 70-120 us per
+ * allreduce, docs/performance.md). */
 
 static double host_pause_ns_value;
 static pthread_once_t host_pause_once = PTHREAD_ONCE_INIT;
@@ -109,6 +110,28 @@ ul_result_t host_get_unique_id(unsigned char *payload, size_t payload_bytes) {
   return UL_OK;
 }
 
+/* The one CPU this thread may run on; -1 when it may run on several. */
+static int32_t host_comm_pinned_cpu(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &set)) return i;
+  return -1;
+}
+
+/* Is every rank pinned to a CPU no other rank of m shares (mpirun --bind-to core)? Then
+ * no peer can run on a waiter's CPU, and a wait keeps it (host_wait.c). */
+static int host_comm_pinned_apart(const host_ctrl_t *m, int nranks) {
+  cpu_set_t seen;
+  CPU_ZERO(&seen);
+  for (int r = 0; r < nranks; r++) {
+    int32_t cpu = m->ranks[r].cpu;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || CPU_ISSET(cpu, &seen)) return 0;
+    CPU_SET(cpu, &seen);
+  }
+  return 1;
+}
+
 /* Remaining ms before deadline (0 deadline = forever -> 0); -1 when expired. */
 static int host_comm_remaining(uint64_t deadline) {
   if (!deadline) return 0;
@@ -138,8 +161,8 @@ static size_t host_comm_ctrl_size(int nranks) {
 static int host_comm_spin(int oversubscribed) {
   int64_t spin = ul_backend_param_int(
       "HOST_SPIN", -1,
-      "Host backend: pause iterations a waiter spins before yielding (-1: as many as take "
-      "1.3 us here, or 8 when ranks outnumber CPUs)");
+      "Host backend: pause iterations a waiter spins before its clock starts (-1: as many "
+      "as take 1.3 us here, or 8 when ranks outnumber CPUs, whose waits then yield)");
   if (spin >= 0) return spin > 1000000 ? 1000000 : (int)spin;
   /* Oversubscribed: the peer we wait for needs our core, so give it up soon. */
   if (oversubscribed) return HOST_SPIN_OVERSUBSCRIBED;
@@ -482,6 +505,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
   host_ctrl_rank_t *me = &m->ranks[c->rank];
   int32_t zero = 0;
   me->pid = (int32_t)getpid();
+  me->cpu = host_comm_pinned_cpu();
   me->self_addr = (uint64_t)(uintptr_t)&me->self_addr;
   if (!atomic_compare_exchange_strong(&me->present, &zero, 1)) {
     rc = ul_backend_set_error(h, UL_ERR_INVALID_ARG,
@@ -561,6 +585,8 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
     if (c->pids[r] != self) threads = 0;
   }
   c->threads = threads;
+  /* Not thread ranks: the thread that waits later need not be the one that joined. */
+  c->pinned_apart = !threads && host_comm_pinned_apart(m, c->nranks);
   c->ctrl_shared = !threads; /* thread ranks share this process's one mapping */
   if (!threads)
     for (int r = 0; r < c->nranks; r++)

@@ -1,6 +1,7 @@
 /* Waiting on a 64-bit counter: a short spin (cheap when the peer is running on another
- * core), a few yields (oversubscribed runs), then futex sleeps in slices of at most
- * 10 ms so that the abort flag, the deadline and peer liveness are checked regularly.
+ * core), polls between yields (between pauses when each rank has a CPU of its own), then
+ * futex sleeps in slices of at most 10 ms so that the abort flag, the deadline and peer
+ * liveness are checked regularly.
  *
  * Lost-wakeup freedom: the waiter increments `waiters` then re-reads the value; the
  * signaller adds to the value then reads `waiters`, both sequentially consistent, so at
@@ -23,17 +24,30 @@
 #include "host.h"
 
 #define HOST_SLICE_NS (10 * 1000 * 1000L)
-/* After the spin: yield for up to this long before sleeping in the kernel. A yield
- * costs ~1 us and returns at once when the peer runs elsewhere, while a futex sleep
- * costs the signaller a system call and the sleeper a wake-up of tens of microseconds
- * on a loaded machine (measured 50-100 us here, docs/performance.md). Oversubscribed
- * ranks need the peer to run on our core, so they yield longer rather than spin. */
-#define HOST_YIELD_MS 0.2
-#define HOST_YIELD_MS_OVERSUBSCRIBED 2.0
+/* After the spin, until HOST_POLL_MS: yield between polls, unless every rank has a CPU
+ * of its own (pinned_apart): then poll between CPU pauses. Then futex sleeps, because a
+ * futex wake costs the signaller a system call and the sleeper a wake-up of tens of
+ * microseconds on a loaded machine (50-100 us measured here, docs/performance.md).
+ * - Pinned apart, a yield can only hand the CPU to some other task runnable there, for
+ *   the rest of that task's time slice: next to one busy process, a synchronized 2-rank
+ *   allreduce took 1.2-4 ms a call instead of 0.4-6 us, while Open MPI and MPICH, which
+ *   poll without yielding, kept their times.
+ * - Not pinned, the peer we wait for may be queued on our CPU: 2 thread ranks next to a
+ *   busy process took 130-330 us a call in some runs when polling between pauses,
+ *   10-16 us when yielding.
+ * Ranks outnumbering CPUs yield longer: their peers need the CPU (stop 44 in
+ * docs/performance.md has the measurements). */
+#define HOST_POLL_MS 0.2
+#define HOST_POLL_MS_OVERSUBSCRIBED 2.0
 /* A word without a futex (host_wait_word_geq) is polled between sleeps this long: Linux's
  * default timer slack (50 us, prctl(2) PR_SET_TIMERSLACK) makes any shorter nanosleep
  * about as long, and the abort flag and the deadline are checked after each. */
 #define HOST_POLL_SLEEP_NS (50 * 1000L)
+
+/* How long a wait polls before it sleeps in the kernel. */
+static double host_poll_ms(const host_waiter_t *w) {
+  return w->oversubscribed ? HOST_POLL_MS_OVERSUBSCRIBED : HOST_POLL_MS;
+}
 
 /* The futex word is the low 32 bits of the counter. */
 static inline uint32_t *host_futex_word(host_slot_t *s) {
@@ -87,7 +101,7 @@ static void host_wait_block(void *arg, long ns) {
   atomic_fetch_sub_explicit(&x->slot->waiters, 1, memory_order_relaxed);
 }
 
-/* Our abort, peers' aborts, peers' deaths. While still yielding only the abort flags
+/* Our abort, peers' aborts, peers' deaths. While still polling only the abort flags
  * (cheap); the peers' liveness costs system calls, so it waits for the sleeps. */
 static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *what) {
   (void)what;
@@ -98,7 +112,7 @@ static ul_result_t host_wait_check(void *arg, double elapsed_ms, const char *wha
   if ((w->abort_flag && __atomic_load_n(w->abort_flag, __ATOMIC_ACQUIRE)) ||
       (w->dead && atomic_load(w->dead)))
     return UL_ERR_ABORTED;
-  if (!w->ctrl || elapsed_ms < (w->oversubscribed ? HOST_YIELD_MS_OVERSUBSCRIBED : HOST_YIELD_MS))
+  if (!w->ctrl || elapsed_ms < host_poll_ms(w))
     return UL_OK;
   if (atomic_load_explicit(&w->ctrl->revoked, memory_order_acquire)) return UL_ERR_REVOKED;
   for (int p = 0; p < w->nranks; p++) {
@@ -154,7 +168,8 @@ static ul_result_t host_wait_value(const host_waiter_t *w, const _Atomic uint64_
       .check = host_wait_check,
       .timeout_ms = w->timeout_ms,
       .spin = w->spin,
-      .yield_ms = w->oversubscribed ? HOST_YIELD_MS_OVERSUBSCRIBED : HOST_YIELD_MS,
+      .pause_ms = w->pinned_apart ? HOST_POLL_MS : 0,
+      .yield_ms = host_poll_ms(w),
       .sleep_ns = slot ? HOST_SLICE_NS : HOST_POLL_SLEEP_NS,
       .recheck = 1,
   };
@@ -181,6 +196,7 @@ void host_waiter_for_comm(const ul_backend_comm_t *c, host_waiter_t *w, int ctrl
   w->timeout_ms = c->timeout_ms;
   w->spin = c->spin;
   w->oversubscribed = c->oversubscribed;
+  w->pinned_apart = c->pinned_apart;
   w->shared = ctrl_word ? c->ctrl_shared : !c->threads;
   w->ctrl = c->ctrl;
   w->nranks = c->nranks;

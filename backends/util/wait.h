@@ -28,7 +28,8 @@ typedef struct ulbu_waiter {
   ul_result_t (*expired)(void *arg, int timeout_ms, const char *what);
   int timeout_ms;  /* 0: forever */
   int spin;        /* polls with a CPU pause before the clock starts */
-  double yield_ms; /* then sched_yield between polls for this long */
+  double pause_ms; /* then a CPU pause between polls until this long since the clock started */
+  double yield_ms; /* then sched_yield between polls until this long */
   long sleep_ns;   /* then sleep between polls (cond->block, else nanosleep) this long */
   int recheck;     /* after a failed check, poll once more: what a peer finished before it
                     * died or aborted is still valid */
@@ -66,6 +67,10 @@ static inline ul_result_t ulbu_wait_idle(const ulbu_waiter_t *w, const ulbu_cond
   }
   if (w->timeout_ms > 0 && el >= w->timeout_ms)
     return w->expired ? w->expired(w->arg, w->timeout_ms, what) : UL_ERR_TIMEOUT;
+  if (el < w->pause_ms) {
+    ul_backend_cpu_pause();
+    return UL_OK;
+  }
   if (el < w->yield_ms) {
     sched_yield();
     return UL_OK;
