@@ -27,7 +27,7 @@
 # Environment: ITERS (large sizes, default 20), MAXBYTES (allreduce and reduce_scatter,
 # default 256M), COLL_MAXBYTES (others, default 64M), REPEAT (default 3), METHODS (default
 # "b2b sync"), BUFFERS (default "malloc ul"), COLLS (default "allreduce allgather
-# reduce_scatter broadcast alltoall"), NPS (default "2 4"), PARTS (default "small large":
+# reduce_scatter broadcast alltoall reduce gather scatter"), NPS (default "2 4"), PARTS (default "small large":
 # 8 B-64 KiB, 1 MiB up to the maximum; large is skipped when the maximum is below 1 MiB),
 # OUT (raw logs), CALIBRATE, TUNING.
 set -u
@@ -47,7 +47,7 @@ COLL_MAXBYTES=${COLL_MAXBYTES:-64M}
 REPEAT=${REPEAT:-3}
 METHODS=${METHODS:-b2b sync}
 BUFFERS=${BUFFERS:-malloc ul}
-COLLS=${COLLS:-allreduce allgather reduce_scatter broadcast alltoall}
+COLLS=${COLLS:-allreduce allgather reduce_scatter broadcast alltoall reduce gather scatter}
 NPS=${NPS:-2 4}
 PARTS=${PARTS:-small large}
 OUT=${OUT:-$(mktemp -d /tmp/host-vs-mpi.XXXXXX)}

@@ -83,8 +83,11 @@ def plot(prefix, method, title, np, panels):
     log-log, with the 1.0x line. panels: [(collective, {series label: [(size, x)]})].
     Returns the path, or None when gnuplot failed (its message on stderr)."""
     path = f"{prefix}-{method}-np{np}.png"
-    lines = ["set terminal pngcairo size 1400,1000 font ',10' noenhanced", f"set output {gq(path)}",
-             f"set multiplot layout 3,2 title {gq(f'unilink host against raw MPI, np={np}, {title}')}",
+    rows = (len(panels) + 1) // 2  # two panels a row, each row about 330 pixels high
+    lines = [f"set terminal pngcairo size 1400,{330 * rows + 10} font ',10' noenhanced",
+             f"set output {gq(path)}",
+             f"set multiplot layout {rows},2 title "
+             f"{gq(f'unilink host against raw MPI, np={np}, {title}')}",
              "set logscale x 2", "set logscale y", "set format x '%.0b%B'",
              "set xlabel 'bytes'", "set ylabel 'speedup (> 1: unilink faster)'",
              "set key top left", "set grid"]

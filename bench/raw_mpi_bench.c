@@ -3,15 +3,18 @@
  * same machine with the same sizes. Links MPI only.
  *
  *   mpirun -np N raw_mpi_bench COLL [-b 8] [-e 64M] [-f 2] [-n 20] [-w 1] [-c 1] [--sync-per-call]
- *   COLL: allreduce | allgather | reduce_scatter | broadcast | alltoall (float, sum, root 0)
+ *   COLL: allreduce | allgather | reduce_scatter | broadcast | alltoall | reduce | gather |
+ *         scatter (float, sum, root 0)
  *
  * Output: nccl-tests' table (13 fields a row, out-of-place then in-place; in-place uses
  * MPI_IN_PLACE; MPI_Bcast has one buffer, so both broadcast columns time the same call;
  * alltoall prints "0 0 0 N/A" in place, as unilink-bench does), the "# Out of bounds
- * values" and "# Avg bus bandwidth" footer. Sizes follow nccl-tests: allgather, alltoall
- * and reduce_scatter round the size down to a multiple of N floats and print the count per
- * rank; busbw = algbw * 2(N-1)/N (allreduce), (N-1)/N (allgather, reduce_scatter,
- * alltoall), 1 (broadcast).
+ * values" and "# Avg bus bandwidth" footer. In place, the root of reduce and gather passes
+ * MPI_IN_PLACE as its input and the root of scatter as its output. Sizes follow
+ * nccl-tests: allgather, alltoall, reduce_scatter, gather and scatter round each rank's
+ * block down to whole 16 bytes (4 floats) and print the count per rank; busbw = algbw * 2(N-1)/N
+ * (allreduce), (N-1)/N (allgather, reduce_scatter, alltoall, gather, scatter), 1
+ * (broadcast, reduce). Reduce and gather results are checked on the root only.
  *
  * Timing: by default nccl-tests' method, a barrier, n calls back to back, time / n, the
  * maximum over ranks. --sync-per-call: a barrier before each call, each call timed alone,
@@ -27,9 +30,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-enum { C_ALLREDUCE, C_ALLGATHER, C_REDUCE_SCATTER, C_BROADCAST, C_ALLTOALL, C_N };
+enum {
+  C_ALLREDUCE, C_ALLGATHER, C_REDUCE_SCATTER, C_BROADCAST, C_ALLTOALL, C_REDUCE, C_GATHER,
+  C_SCATTER, C_N
+};
 static const char *k_coll[C_N] = {"allreduce", "allgather", "reduce_scatter", "broadcast",
-                                  "alltoall"};
+                                  "alltoall",  "reduce",    "gather",         "scatter"};
 
 static int g_rank, g_n;
 static float *g_send, *g_recv;
@@ -53,7 +59,7 @@ static long resident_pages(const void *p, size_t bytes, long *all) {
 
 static void usage(void) {
   fprintf(stderr, "usage: mpirun -np N raw_mpi_bench allreduce|allgather|reduce_scatter|"
-                  "broadcast|alltoall [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+                  "broadcast|alltoall|reduce|gather|scatter [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
                   "[-c 0|1] [--sync-per-call]\n");
 }
 
@@ -81,28 +87,36 @@ typedef struct { size_t send, recv, shown, bytes; } counts_t;
 
 static counts_t counts_for(int coll, size_t bytes) {
   size_t n = (size_t)g_n, c = bytes / sizeof(float);
+  size_t block = c / n & ~(size_t)(16 / sizeof(float) - 1); /* whole 16 bytes, as nccl-tests */
   counts_t k;
   switch (coll) {
-  case C_ALLGATHER: k.send = c / n; k.recv = k.send * n; k.shown = k.send; break;
-  case C_REDUCE_SCATTER: k.recv = c / n; k.send = k.recv * n; k.shown = k.recv; break;
-  case C_ALLTOALL: k.send = c / n * n; k.recv = k.send; k.shown = c / n; break;
+  case C_ALLGATHER: case C_GATHER: k.send = block; k.recv = block * n; k.shown = block; break;
+  case C_REDUCE_SCATTER: case C_SCATTER:
+    k.recv = block; k.send = block * n; k.shown = block; break;
+  case C_ALLTOALL: k.send = block * n; k.recv = k.send; k.shown = block; break;
   default: k.send = c; k.recv = c; k.shown = c; break;
   }
-  k.bytes = (coll == C_ALLGATHER ? k.recv : k.send) * sizeof(float);
+  k.bytes = (coll == C_ALLGATHER || coll == C_GATHER ? k.recv : k.send) * sizeof(float);
   return k;
 }
 
 static double bus_factor(int coll) {
   double n = g_n;
   if (coll == C_ALLREDUCE) return 2 * (n - 1) / n;
-  if (coll == C_BROADCAST) return 1;
+  if (coll == C_BROADCAST || coll == C_REDUCE) return 1;
   return (n - 1) / n;
 }
 
 /* One call; in_place uses MPI_IN_PLACE (alltoall never comes here in place). */
 static int call(int coll, const counts_t *k, int in_place) {
   const void *sb = in_place ? MPI_IN_PLACE : (const void *)g_send;
-  int c = (int)k->send;
+  int c = (int)k->send, root = g_rank == 0;
+  /* Off the root, in place is the receive buffer holding the input (as nccl-tests): MPI
+   * allows MPI_IN_PLACE at the root only. */
+  const void *rooted = !in_place ? (const void *)g_send
+                       : root    ? MPI_IN_PLACE
+                       : coll == C_GATHER ? (const void *)(g_recv + (size_t)g_rank * k->send)
+                                          : (const void *)g_recv;
   switch (coll) {
   case C_ALLREDUCE: return MPI_Allreduce(sb, g_recv, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   case C_ALLGATHER:
@@ -112,6 +126,15 @@ static int call(int coll, const counts_t *k, int in_place) {
     /* in place: the whole input sits in the receive buffer, the result in its first block */
     return MPI_Reduce_scatter_block(sb, g_recv, (int)k->recv, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   case C_BROADCAST: return MPI_Bcast(g_recv, c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  case C_REDUCE: return MPI_Reduce(rooted, g_recv, c, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+  case C_GATHER:
+    return MPI_Gather(rooted, c, MPI_FLOAT, g_recv, c, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  case C_SCATTER:
+    if (in_place && root)
+      return MPI_Scatter(g_recv, (int)k->recv, MPI_FLOAT, MPI_IN_PLACE, (int)k->recv, MPI_FLOAT,
+                         0, MPI_COMM_WORLD);
+    return MPI_Scatter(g_send, (int)k->recv, MPI_FLOAT, g_recv, (int)k->recv, MPI_FLOAT, 0,
+                       MPI_COMM_WORLD);
   default:
     return MPI_Alltoall(g_send, c / g_n, MPI_FLOAT, g_recv, c / g_n, MPI_FLOAT, MPI_COMM_WORLD);
   }
@@ -124,7 +147,7 @@ static void fill(int coll, const counts_t *k, int in_place) {
   for (i = 0; i < k->recv; i++) g_recv[i] = -1000.0f; /* never a right answer */
   if (coll == C_BROADCAST) {
     if (g_rank == 0) memcpy(g_recv, g_send, k->send * sizeof(float));
-  } else if (in_place && coll == C_ALLGATHER) {
+  } else if (in_place && (coll == C_ALLGATHER || coll == C_GATHER)) {
     memcpy(g_recv + (size_t)g_rank * k->send, g_send, k->send * sizeof(float));
   } else if (in_place) {
     memcpy(g_recv, g_send, k->send * sizeof(float));
@@ -143,6 +166,11 @@ static float expected(int coll, const counts_t *k, size_t i) {
     for (r = 0; r < g_n; r++) s += input(r, (size_t)g_rank * k->recv + i);
     return s;
   case C_BROADCAST: return input(0, i);
+  case C_REDUCE:
+    for (r = 0; r < g_n; r++) s += input(r, i);
+    return s;
+  case C_GATHER: return input((int)(i / k->send), i % k->send);
+  case C_SCATTER: return input(0, (size_t)g_rank * k->recv + i);
   default: {
     size_t per = k->send / (size_t)g_n; /* block p of the result: rank p's block for me */
     return input((int)(i / per), (size_t)g_rank * per + i % per);
@@ -153,7 +181,10 @@ static float expected(int coll, const counts_t *k, size_t i) {
 /* Wrong elements over all ranks after one fresh call, or -1 on an MPI error. */
 static long check(int coll, const counts_t *k, int in_place) {
   long bad = 0, all = 0;
-  size_t i, m = coll == C_REDUCE_SCATTER ? k->recv : (coll == C_ALLGATHER ? k->recv : k->send);
+  size_t i, m = coll == C_REDUCE_SCATTER || coll == C_ALLGATHER || coll == C_SCATTER ? k->recv
+               : coll == C_GATHER ? (g_rank == 0 ? k->recv : 0)
+               : coll == C_REDUCE ? (g_rank == 0 ? k->send : 0)
+                                  : k->send;
   fill(coll, k, in_place);
   if (call(coll, k, in_place) != MPI_SUCCESS) return -1;
   for (i = 0; i < m; i++) bad += g_recv[i] != expected(coll, k, i);
@@ -336,8 +367,8 @@ int main(int argc, char **argv) {
     }
     if (!err && g_rank == 0)
       printf("%12zu  %12zu  %8s  %6s  %6d%s%s\n", k.bytes, k.shown, "float",
-             coll == C_ALLREDUCE || coll == C_REDUCE_SCATTER ? "sum" : "none",
-             coll == C_BROADCAST ? 0 : -1, cols[0], cols[1]);
+             coll == C_ALLREDUCE || coll == C_REDUCE_SCATTER || coll == C_REDUCE ? "sum" : "none",
+             coll >= C_BROADCAST && coll != C_ALLTOALL ? 0 : -1, cols[0], cols[1]);
     if (size == 0) break; /* -b 0 would loop forever */
   }
   if (g_rank == 0 && !err) {

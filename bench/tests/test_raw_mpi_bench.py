@@ -3,7 +3,9 @@
 
 Every collective, both timing methods: parse_nccl_tests.parse(strict=True) accepts the
 output (13-field rows, one gate-able footer), every page of both buffers is resident
-before timing (a page never written reads as the kernel's zero page: no traffic), the sizes are the sweep asked for, every
+before timing (a page never written reads as the kernel's zero page: no traffic), the
+sizes are the sweep asked for (blocks of whole 16 bytes, as nccl-tests), the root column
+is 0 for rooted collectives and -1 otherwise, every
 checked column has #wrong 0 (alltoall's in-place column is N/A), busbw = algbw x nccl-tests'
 factor, the footer is the average busbw, and a bad argument exits 2.
 
@@ -21,7 +23,12 @@ import parse_nccl_tests  # noqa: E402
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
-          "alltoall": lambda n: (n - 1) / n}
+          "alltoall": lambda n: (n - 1) / n, "reduce": lambda n: 1.0,
+          "gather": lambda n: (n - 1) / n, "scatter": lambda n: (n - 1) / n}
+# Collectives whose buffers hold a block a rank: nccl-tests (and unilink-bench) round each
+# block down to whole 16 bytes, so both benches print the same sizes.
+BLOCKED = ("allgather", "alltoall", "reduce_scatter", "gather", "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
 failures = []
 
 
@@ -70,10 +77,15 @@ def main():
                     want = s["algbw"] * FACTOR[coll](nranks)
                     check(abs(s["busbw"] - want) <= 0.011, f"{label}: busbw {s} want {want}")
                     bws.append(s["busbw"])
-            per = nranks if coll in ("allgather", "alltoall", "reduce_scatter") else 1
+            per = nranks if coll in BLOCKED else 1
+            asked = [8 * 8 ** i for i in range(6)]
+            want_sizes = [(b // 4 // nranks & ~3) * 4 * nranks if coll in BLOCKED else b
+                          for b in asked]
+            check([r["size"] for r in rows] == want_sizes,
+                  f"{label}: sizes {[r['size'] for r in rows]}, want {want_sizes}")
             for r in rows:
-                check(r["size"] % (4 * per) == 0, f"{label}: size {r['size']} not rounded")
                 check(r["count"] * 4 * per == r["size"], f"{label}: count {r['count']}")
+                check(r["root"] == (0 if coll in ROOTED else -1), f"{label}: root {r['root']}")
             check(res["footer"].get("out_of_bounds") == 0 and res["footer"]["out_of_bounds_ok"],
                   f"{label}: footer {res['footer']}")
             avg = res["footer"].get("avg_busbw")

@@ -33,14 +33,27 @@ static size_t staging_offset(const ul__generic_t *g, uint64_t k, size_t sb) {
   return g->oneshot_off + (size_t)first * (g->oneshot_bytes * 2 / UL__STAGE_SLOTS);
 }
 
-/* Does rank r read rank q's staging in this small operation? A broadcast reads only the
- * root's; the others read every peer's. Signals go only where a read needs them: READY
+/* Does rank r read rank q's staging in this small operation? Broadcast and scatter
+ * readers read only the root's; the root of reduce and gather reads every peer's and
+ * nobody reads its; the others read every peer's. Signals go only where a read needs them: READY
  * from q to each reader, DONE from each reader back to q. Every rank knows the whole
  * pattern, so it counts how many signals each peer owes it (ready_expect, done_expect)
  * instead of numbering epochs: a broadcast costs the root n-1 signals and the others
  * one, not 2(n-1) each. */
 static int staged_reads(const ul__coll_args_t *a, int r, int q) {
-  return r != q && (a->coll != UL_COLL_BROADCAST || q == a->root);
+  if (r == q) return 0;
+  switch (a->coll) {
+  case UL_COLL_BROADCAST:
+  case UL_COLL_SCATTER: return q == a->root;
+  case UL_COLL_REDUCE:
+  case UL_COLL_GATHER: return r == a->root;
+  default: return 1;
+  }
+}
+
+/* Does only the root stage (it alone has an input)? */
+static int root_alone_stages(const ul__coll_args_t *a) {
+  return a->coll == UL_COLL_BROADCAST || a->coll == UL_COLL_SCATTER;
 }
 
 /* Before this rank writes its staging for epoch k: every reader must have finished
@@ -120,13 +133,18 @@ UL__HIDDEN ul_result_t ul__staged_oneshot_allreduce(algo_ctx_t *x) {
 UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x) {
   const ul__coll_args_t *a = x->a;
   size_t b = a->count * x->esize;
-  if (a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER) b *= (size_t)x->g->n;
+  if (a->coll == UL_COLL_ALLTOALL || a->coll == UL_COLL_REDUCE_SCATTER ||
+      a->coll == UL_COLL_SCATTER)
+    b *= (size_t)x->g->n;
   return b;
 }
 
 /* The other small collectives on the same single-synchronisation staging as the
  * one-shot allreduce: stage the input, exchange epochs, read what we need from the
- * peers' staging buffers. */
+ * peers' staging buffers. A rooted collective synchronises only with its root: the
+ * other ranks of a reduce or gather stage, signal the root and leave; those of a
+ * broadcast or scatter wait for the root's signal alone. The root reads its own input
+ * from its staging too, so in-place buffers need no case of their own. */
 UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
@@ -136,7 +154,7 @@ UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
   size_t boff = staging_offset(g, k, sb);
   /* A broadcast reads only the root's staging: the root waits for nobody, the others
    * for the root alone (a root runs ahead as far as staging_reusable lets it). */
-  if (a->coll != UL_COLL_BROADCAST || me == a->root) {
+  if (!root_alone_stages(a) || me == a->root) {
     UL_CHECK(staging_reusable(x, k, sb));
     UL_CHECK(COPY(x, (char *)g->scratch + boff, a->sendbuf, sb));
   }
@@ -153,6 +171,21 @@ UL__HIDDEN ul_result_t ul__staged_small(algo_ctx_t *x) {
     for (int r = 0; r < n; r++)
       UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize),
                     STAGED(r) + (size_t)me * cb, cb));
+    break;
+  case UL_COLL_SCATTER:
+    UL_CHECK(COPY(x, a->recvbuf, STAGED(a->root) + (size_t)me * cb, cb));
+    break;
+  case UL_COLL_GATHER:
+    if (me == a->root)
+      for (int r = 0; r < n; r++)
+        UL_CHECK(COPY(x, at(a->recvbuf, (size_t)r * a->count, x->esize), STAGED(r), cb));
+    break;
+  case UL_COLL_REDUCE:
+    if (me != a->root) break;
+    if (n == 1) UL_CHECK(COPY(x, a->recvbuf, STAGED(0), cb));
+    else UL_CHECK(REDUCE(x, a->recvbuf, STAGED(0), STAGED(1), a->count));
+    for (int r = 2; r < n; r++) UL_CHECK(REDUCE(x, a->recvbuf, a->recvbuf, STAGED(r), a->count));
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
     break;
   case UL_COLL_REDUCE_SCATTER: {
     size_t o = (size_t)me * cb;
@@ -377,6 +410,16 @@ static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *l
   s->off = b - (size_t)(nl - 1) * UL__LL_PAYLOAD;
 }
 
+/* What the root sends rank p: its whole input (broadcast) or block p of it (scatter). */
+static const void *root_block(const algo_ctx_t *x, int p) {
+  const ul__coll_args_t *a = x->a;
+  return a->coll == UL_COLL_SCATTER ? at(a->sendbuf, (size_t)p * a->count, x->esize)
+                                    : a->sendbuf;
+}
+
+/* A broadcast, or a scatter: the same lines in the same places of every reader's ring
+ * (the places follow from the block size, which every rank sees alike), each reader's
+ * holding its own block. */
 UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
@@ -416,10 +459,10 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   }
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;
-    lines_write(bcast_line(g, g->peer_bases[p], root, first), off, j + 1, a->sendbuf, cb);
+    lines_write(bcast_line(g, g->peer_bases[p], root, first), off, j + 1, root_block(x, p), cb);
   }
   if (signalled)
     for (int i = 1; i < n; i++)
       UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LB(g, me), x->bs));
-  return ul__copy_if_needed(x, a->recvbuf, a->sendbuf, a->count);
+  return ul__copy_if_needed(x, a->recvbuf, root_block(x, me), a->count);
 }
