@@ -1003,6 +1003,7 @@ static int proc_pinned(const unsigned char *id, int rank, int n, void *ctx) {
   if (H->comm_init(&a, &c, &props) != UL_OK) return 2;
   int got = c->pinned_apart;
   H->comm_destroy(c);
+  if (props.waits_keep_cpu != got) return 5; /* the core's own waits follow the rule too */
   return got == (plan->how == 1) ? 0 : 3 + got;
 }
 

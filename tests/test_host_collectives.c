@@ -2,12 +2,16 @@
 /* Host backend end to end through the public API: every collective, send/recv and
  * one-sided ops, for 1, 2, 3, 4 and 8 thread ranks and 2 and 4 process ranks,
  * in place and out of place, odd counts and count 0, checked exactly. */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <unilink/unilink.h>
@@ -563,6 +567,69 @@ Test(host_tuning, bad_file_is_refused, .timeout = 60) {
   cr_expect(strstr(ul_last_error(), "/nonexistent/tuning") != NULL, "%s", ul_last_error());
   unsetenv("UNILINK_TUNING_FILE");
   unlink(path);
+}
+
+/* This process's sched_yield calls: the test binary's definition comes before libc's for
+ * every caller, libunilink's included. */
+static atomic_long yields_seen;
+int sched_yield(void) {
+  atomic_fetch_add(&yields_seen, 1);
+  return (int)syscall(SYS_sched_yield);
+}
+
+/* Rank 0 of 2 process ranks receives what rank 1 sends 5 ms late; the ranks pinned to a
+ * CPU each (cpu[rank]) or not (cpu NULL). Exit 0: the receive got the value, and it
+ * yielded while it waited exactly where it should. */
+static int p2p_late_send(const ul_unique_id_t *id, int rank, const int *cpu) {
+  if (cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu[rank], &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) return 1;
+  }
+  ul_comm_t c;
+  ul_config_t cfg = UL_CONFIG_INIT;
+  cfg.timeout_ms = 20000;
+  if (ul_comm_init_rank(&c, &cfg, 2, *id, rank) != UL_OK) return 2;
+  int32_t v = rank == 1 ? 7 : 0;
+  int bad = 0;
+  if (rank == 1) {
+    usleep(5000);
+    bad = ul_send(&v, 1, UL_INT32, 0, c, NULL) != UL_OK ? 3 : 0;
+  } else {
+    long before = atomic_load(&yields_seen);
+    bad = ul_recv(&v, 1, UL_INT32, 1, c, NULL) != UL_OK ? 4 : v != 7 ? 5 : 0;
+    long yields = atomic_load(&yields_seen) - before;
+    if (!bad && cpu && yields != 0) bad = 6;
+    if (!bad && !cpu && yields == 0) bad = 7;
+  }
+  ul_comm_destroy(c);
+  return bad;
+}
+
+/* Decision 0021 for ul_send/ul_recv: ranks pinned each to a CPU of its own poll while
+ * they wait and never yield (a yield could only hand the CPU to an unrelated task, for
+ * its time slice: 2 ms a call next to a busy process); unpinned ranks yield. */
+Test(host_process, p2p_waits_yield_only_where_a_peer_may_share_the_cpu, .timeout = 60) {
+  cpu_set_t mine;
+  cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+  if (CPU_COUNT(&mine) < 2) cr_skip_test("this test may run on one CPU only");
+  int cpu[2], k = 0;
+  for (int i = 0; i < CPU_SETSIZE && k < 2; i++)
+    if (CPU_ISSET(i, &mine)) cpu[k++] = i;
+  for (int pinned = 0; pinned < 2; pinned++) {
+    ul_unique_id_t id;
+    cr_assert_eq(ul_get_unique_id("host", &id), UL_OK, "%s", ul_last_error());
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+      if ((pids[r] = fork()) == 0) _exit(p2p_late_send(&id, r, pinned ? cpu : NULL));
+    for (int r = 0; r < 2; r++) {
+      int st = 0;
+      waitpid(pids[r], &st, 0);
+      cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s, rank %d failed at step %d",
+                pinned ? "pinned apart" : "not pinned", r, WEXITSTATUS(st));
+    }
+  }
 }
 
 #define RANK_TESTS(fn)                                                                           \

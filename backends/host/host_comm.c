@@ -593,6 +593,7 @@ ul_result_t host_comm_init(const ul_backend_comm_args_t *args, ul_backend_comm_t
       if (c->pids[r] != self) c->pidfds[r] = ulbu_pid_open(c->pids[r]);
   host_attach_close(att); /* rendezvous over: nobody may join this segment any more */
   props->load_store_peers = threads;
+  props->waits_keep_cpu = c->pinned_apart;
   snprintf(props->path, sizeof props->path, "%s", threads ? "threads" : "shm");
   ul_backend_log(UL_LOG_INFO, "host", "rank %d/%d joined %s (%s)", c->rank, c->nranks, name,
                  threads ? "threads" : "processes");

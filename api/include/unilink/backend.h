@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define UL_BACKEND_ABI_MAJOR 1
-#define UL_BACKEND_ABI_MINOR 6
+#define UL_BACKEND_ABI_MINOR 7
 #define UL_BACKEND_ABI_VERSION ((UL_BACKEND_ABI_MAJOR << 16) | UL_BACKEND_ABI_MINOR)
 #define UL_BACKEND_ABI_MAJOR_OF(v) ((uint32_t)(v) >> 16)
 
@@ -99,6 +99,10 @@ typedef struct ul_backend_comm_props {
   char path[32];         /**< data path name reported by ul_comm_last_call ("threads") */
   int device;            /**< device this rank uses, when the backend chose it (ABI 1.1);
                               the core presets UL_CONFIG_UNDEF = "as configured" */
+  int waits_keep_cpu;    /**< ABI 1.7: 1 when no peer can run on a rank's CPU (each rank
+                              pinned to a CPU of its own): the core's own waits then poll
+                              between pauses rather than yield, as yours should (decision
+                              0021); the core presets 0 */
 } ul_backend_comm_props_t;
 
 /** Native collectives (all optional). Same argument meaning as the public calls,
