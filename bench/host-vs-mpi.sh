@@ -27,8 +27,9 @@
 # Environment: ITERS (large sizes, default 20), MAXBYTES (allreduce and reduce_scatter,
 # default 256M), COLL_MAXBYTES (others, default 64M), REPEAT (default 3), METHODS (default
 # "b2b sync"), BUFFERS (default "malloc ul"), COLLS (default "allreduce allgather
-# reduce_scatter broadcast alltoall reduce gather scatter"), NPS (default "2 4"), PARTS (default "small large":
-# 8 B-64 KiB, 1 MiB up to the maximum; large is skipped when the maximum is below 1 MiB),
+# reduce_scatter broadcast alltoall reduce gather scatter"), NPS (default "2 4"), PARTS
+# (default "small large": 8 B-64 KiB, 1 MiB up to the maximum; large is skipped when the
+# maximum is below 1 MiB),
 # OUT (raw logs), CALIBRATE, TUNING.
 set -u
 BUILD=${1:-build}

@@ -59,8 +59,8 @@ static long resident_pages(const void *p, size_t bytes, long *all) {
 
 static void usage(void) {
   fprintf(stderr, "usage: mpirun -np N raw_mpi_bench allreduce|allgather|reduce_scatter|"
-                  "broadcast|alltoall|reduce|gather|scatter [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-                  "[-c 0|1] [--sync-per-call]\n");
+                  "broadcast|alltoall|reduce|gather|scatter [-b MIN] [-e MAX] [-f FACTOR] "
+                  "[-n ITERS] [-w WARMUP] [-c 0|1] [--sync-per-call]\n");
 }
 
 static int parse_size(const char *s, size_t *out) {

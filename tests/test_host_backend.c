@@ -9,18 +9,17 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../backends/host/host.h"
+#include "yield_count.h"
 
 /* Reach the table through the generated built-in list, so this file still links (and
  * skips) when the host backend is configured out. */
@@ -934,14 +933,6 @@ Test(host_backend, default_spin_is_a_time_budget, .timeout = 30) {
 }
 
 /* ------------------------------------------------- waits and the CPUs they run on */
-
-/* This process's sched_yield calls. The test binary's definition comes before libc's
- * for every caller, the backend's inlined waits included. */
-static atomic_long yields_seen;
-int sched_yield(void) {
-  atomic_fetch_add(&yields_seen, 1);
-  return (int)syscall(SYS_sched_yield);
-}
 
 typedef struct late_signal {
   solo_t *s;

@@ -6,17 +6,16 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <unilink/unilink.h>
 
 #include "line_run_ahead.h"
+#include "yield_count.h"
 
 typedef int (*rank_fn)(ul_comm_t comm, int rank, int n);
 
@@ -567,14 +566,6 @@ Test(host_tuning, bad_file_is_refused, .timeout = 60) {
   cr_expect(strstr(ul_last_error(), "/nonexistent/tuning") != NULL, "%s", ul_last_error());
   unsetenv("UNILINK_TUNING_FILE");
   unlink(path);
-}
-
-/* This process's sched_yield calls: the test binary's definition comes before libc's for
- * every caller, libunilink's included. */
-static atomic_long yields_seen;
-int sched_yield(void) {
-  atomic_fetch_add(&yields_seen, 1);
-  return (int)syscall(SYS_sched_yield);
 }
 
 /* Rank 0 of 2 process ranks receives what rank 1 sends 5 ms late; the ranks pinned to a

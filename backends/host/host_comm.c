@@ -28,10 +28,10 @@
  * cross-core signal (~0.2-1 us). The wait used to yield right after it: 32 pauses of
  * 19.5 ns (the reference EPYC VM) spun 0.6 us and a synchronized 8-byte broadcast waited
  * into the yields, 4.1 us against 1.4 us with 64 pauses. So the spin is a time budget,
- * turned into pauses by timing them once per process. With a CPU per rank the wait
- * polls on between pauses (host_wait.c); ranks outnumbering CPUs spin 8 pauses, then
- * yield, because the peer they wait for needs the core (2000 pauses: 70-120 us per
- * allreduce, docs/performance.md). */
+ * turned into pauses by timing them once per process. Ranks pinned each to a CPU of its
+ * own then poll on between pauses, the others between yields (host_wait.c, decision
+ * 0021); ranks outnumbering CPUs spin only 8 pauses, because the peer they wait for
+ * needs the core (2000 pauses: 70-120 us per allreduce, docs/performance.md). */
 
 static double host_pause_ns_value;
 static pthread_once_t host_pause_once = PTHREAD_ONCE_INIT;
