@@ -218,7 +218,6 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
     }
   }
   g->oversubscribed = n > g->ncpu;
-  g->keep_cpu = comm->props.waits_keep_cpu == 1;
   g->piece_bytes = ul__piece_bytes(g->chunk_bytes, g->l2_bytes);
   UL_INFO("INIT",
           "generic layer: chunk %zu B, bounce piece %zu B (L2 %zu B, L3 %zu B), scratch %zu "
@@ -526,11 +525,12 @@ static ul_result_t p2p_idle(ul__generic_t *g, unsigned *spins, struct timespec *
    * over the operations each) and never yields: a yield could only hand the CPU to an
    * unrelated task for its time slice (decision 0021). Otherwise a short spin, then
    * yields, which let a peer queued on our CPU run. */
-  if (*spins < (g->keep_cpu ? P2P_KEEP_CPU_SPINS : 200u)) {
+  int keep_cpu = c->props.waits_keep_cpu == 1;
+  if (*spins < (keep_cpu ? P2P_KEEP_CPU_SPINS : 200u)) {
     ul_backend_cpu_pause();
     return UL_OK;
   }
-  if (!g->keep_cpu && *spins < 400) {
+  if (!keep_cpu && *spins < 400) {
     sched_yield();
     return UL_OK;
   }

@@ -103,7 +103,6 @@ typedef struct ul__generic {
   /* ranks outnumber ncpu: a waiter's peer needs its core, and work done by every rank
    * in parallel elsewhere runs in turn (selection and spinning change) */
   int oversubscribed;
-  int keep_cpu; /* the backend's waits_keep_cpu: p2p_idle polls, never yields */
   const void **zsend; /* per peer: its published send buffer mapped here, or NULL */
   void **zrecv;       /* per peer: its published recv buffer mapped here, or NULL */
   void **outs;        /* n entries: a piece's outputs for one streaming reduction */
