@@ -84,45 +84,78 @@ static inline int line_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
-/* Small broadcasts go in flagged lines through a ring of 304 per root, the smallest
- * packed several to a line, the others a 19-line slot each (laid end to end when ranks
+/* Small broadcasts go in flagged lines through a ring of 304 per root, small gathers and
+ * reduces through a ring of 304 per writer in the root's scratch, the smallest packed
+ * several to a line, the others a 19-line slot each (laid end to end when ranks
  * outnumber cores, from 3 ranks here: those must start the ring again rather than cross
- * its end; without that 4 of 7 rank counts fail), and a root may run ahead of its readers
- * until it comes round to a line they have not returned a credit for (one every 76
- * lines). Runs of 120
- * broadcasts from one root (about 400 lines: the ring wraps and the root waits within a
- * run) while its readers lag, then roots that change every call; in place and out of
- * place; counts that share a line (4, 8 and 28 bytes), fill one exactly (56), need two
- * (60), the 19-line limit (1064 bytes) and one past it (staged). Now and then the root
- * comes late, so readers wait: polling the line for packed broadcasts, which the root
- * does not signal, and for the signal of the others, whose count skips the packed ones.
- * A line rewritten before its reader read it, a broadcast placed differently on two
- * ranks, a credit or a signal counted wrong (a hang or a wrong value) fails here. */
-static inline int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
+ * its end; without that 4 of 7 rank counts fail), and a writer may run ahead of its
+ * readers until it comes round to a line they have not returned a credit for (one every
+ * 76 lines). Runs of 120 calls to one root (about 400 lines: the ring wraps and the
+ * writers wait within a run) while the readers lag, then roots that change every call;
+ * in place and out of place; counts that share a line (4, 8 and 28 bytes), fill one
+ * exactly (56), need two (60), the 19-line limit (1064 bytes) and one past it (staged).
+ * Now and then the writers come late, so readers wait: polling the line for packed
+ * calls, which are not signalled, and for the signal of the others, whose count skips
+ * the packed ones. A line rewritten before its reader read it, a call placed differently
+ * on two ranks, a credit or a signal counted wrong (a hang or a wrong value) fails
+ * here. coll: UL_COLL_BROADCAST, UL_COLL_GATHER or UL_COLL_REDUCE. */
+static inline int line_rooted_run_ahead(ul_comm_t c, int me, int n, ul_coll_t coll) {
   static const size_t cnts[] = {1, 14, 15, 266, 2, 267, 7};
-  int32_t in[267], out[267];
+  int32_t in[267], out[8 * 267];
+  const char *name = ul_coll_name(coll);
+  CHECK(n <= 8, "out holds the blocks of 8 ranks, not %d", n);
   for (int it = 0; it < 1520; it++) {
     int root = it < 720 ? (it / 120) % n : it % n;
     size_t cnt = cnts[it % (sizeof cnts / sizeof cnts[0])];
-    if (me != root && it % 13 == 0) usleep(300); /* readers lag; the root goes on */
-    if (me == root && it % 17 == 3) usleep(300); /* the root lags: readers wait for it */
-    int inplace = (it / 5) % 2;
+    /* readers lag while writers go on; now and then the writers lag */
+    int reader = coll == UL_COLL_BROADCAST ? me != root : me == root;
+    if (reader && it % 13 == 0) usleep(300);
+    if (!reader && it % 17 == 3) usleep(300);
+    int inplace = (it / 5) % 2 && me == root;
+    size_t mine = coll == UL_COLL_GATHER ? (size_t)root * cnt : 0; /* in-place input */
+    for (size_t i = 0; i < (size_t)n * cnt; i++) out[i] = -1;
     for (size_t i = 0; i < cnt; i++) {
-      in[i] = (int32_t)(root * 100000 + it * 10 + (int)i);
-      out[i] = me == root && inplace ? in[i] : -1;
+      int src = coll == UL_COLL_BROADCAST ? root : me;
+      in[i] = (int32_t)(src * 100000 + it * 10 + (int)i);
+      if (inplace) out[mine + i] = in[i];
+    }
+    const void *send = inplace ? (const void *)(out + mine) : (const void *)in;
+    ul_result_t rc = coll == UL_COLL_BROADCAST
+                         ? ul_broadcast(send, out, cnt, UL_INT32, root, c, NULL)
+                     : coll == UL_COLL_GATHER
+                         ? ul_gather(send, me == root ? out : NULL, cnt, UL_INT32, root, c, NULL)
+                         : ul_reduce(send, me == root ? out : NULL, cnt, UL_INT32, UL_SUM, root,
+                                     c, NULL);
+    CHECK(rc == UL_OK, "%s %d: %s", name, it, ul_comm_last_error(c));
+    for (size_t i = 0; i < cnt && (coll == UL_COLL_BROADCAST || me == root); i++) {
+      for (int r = 0; r < (coll == UL_COLL_GATHER ? n : 1); r++) {
+        int32_t want = coll == UL_COLL_BROADCAST ? (int32_t)(root * 100000 + it * 10 + (int)i)
+                       : coll == UL_COLL_GATHER  ? (int32_t)(r * 100000 + it * 10 + (int)i)
+                                                 : (int32_t)(100000 * n * (n - 1) / 2 +
+                                                             n * (it * 10 + (int)i));
+        CHECK(out[(size_t)r * cnt + i] == want, "rank %d %s %d (root %d, %zu) from %d [%zu] = %d",
+              me, name, it, root, cnt, r, i, out[(size_t)r * cnt + i]);
+      }
     }
     ul_call_info_t info = {.struct_size = sizeof info};
-    CHECK(ul_broadcast(inplace ? out : in, out, cnt, UL_INT32, root, c, NULL) == UL_OK,
-          "bcast %d: %s", it, ul_comm_last_error(c));
-    for (size_t i = 0; i < cnt; i++)
-      CHECK(out[i] == (int32_t)(root * 100000 + it * 10 + (int)i),
-            "rank %d bcast %d (root %d, %zu) [%zu] = %d", me, it, root, cnt, i, out[i]);
     CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
     if (n > 1)
       CHECK((strcmp(info.algorithm, "line") == 0) == (cnt * sizeof(int32_t) <= 1064),
-            "rank %d bcast %d count %zu ran '%s'", me, it, cnt, info.algorithm);
+            "rank %d %s %d count %zu ran '%s'", me, name, it, cnt, info.algorithm);
   }
   return 0;
+}
+
+static inline int line_broadcast_run_ahead(ul_comm_t c, int me, int n) {
+  return line_rooted_run_ahead(c, me, n, UL_COLL_BROADCAST);
+}
+
+static inline int line_gather_run_ahead(ul_comm_t c, int me, int n) {
+  return line_rooted_run_ahead(c, me, n, UL_COLL_GATHER);
+}
+
+static inline int line_reduce_run_ahead(ul_comm_t c, int me, int n) {
+  return line_rooted_run_ahead(c, me, n, UL_COLL_REDUCE);
 }
 
 #undef RUN_AHEAD_CHECK

@@ -312,16 +312,17 @@ static int staged_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
-/* Small reduce, gather and scatter run staged, or a scatter of up to 1064 bytes a block
- * in the broadcast's flagged lines: one synchronisation with the root instead of the
- * direct algorithm's two barriers (np2 synchronized 8-byte reduce: 7.1 -> 1.1 us).
+/* Small reduce, gather and scatter run staged, or up to 1064 bytes a rank in flagged
+ * lines (the broadcast's for a scatter, their mirror for reduce and gather): one
+ * synchronisation with the root instead of the direct algorithm's two barriers (np2
+ * synchronized 8-byte reduce: 7.1 -> 1.1 us).
  * The ranks other than a reduce or gather root stage, signal the root and leave, so they
  * run ahead of a lagging root; a scatter root runs ahead of lagging readers. A staging
  * slot rewritten too early shows as a wrong value. Buffers a rank does not use are NULL
  * there, as NCCL and MPI allow. */
 static int rooted_small_run_ahead(ul_comm_t c, int me, int n) {
-  /* Up to 1024 bytes a rank rotate over 16 staging slots, larger ones over two halves
-   * (algo_staged.c): both kinds, in runs of 20 calls of one collective and root. */
+  /* Lines up to 1064 bytes a rank, staged beyond, in runs of 20 calls of one collective
+   * and root. */
   static const size_t cnts[] = {1, 3, 2000, 5, 1500, 2, 700};
   int32_t *s = malloc(2000 * 8 * sizeof *s), *r = malloc(2000 * 8 * sizeof *r);
   CHECK(s && r, "malloc");
@@ -362,7 +363,7 @@ static int rooted_small_run_ahead(ul_comm_t c, int me, int n) {
     }
     ul_call_info_t info = {.struct_size = sizeof info};
     CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
-    const char *want = kind == 2 && cnt * sizeof *r <= 1064 ? "line" : "staged";
+    const char *want = cnt * sizeof *r <= 1064 ? "line" : "staged"; /* a rank's bytes */
     CHECK(n == 1 || !strcmp(info.algorithm, want), "%s %d of %zu ran '%s' (%s), want %s",
           kind == 0 ? "reduce" : kind == 1 ? "gather" : "scatter", it, cnt, info.algorithm,
           info.reason, want);
@@ -642,3 +643,5 @@ RANK_TESTS(staged_run_ahead)
 RANK_TESTS(rooted_small_run_ahead)
 RANK_TESTS(line_run_ahead)
 RANK_TESTS(line_broadcast_run_ahead)
+RANK_TESTS(line_gather_run_ahead)
+RANK_TESTS(line_reduce_run_ahead)

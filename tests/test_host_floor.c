@@ -380,7 +380,8 @@ Test(floor, processes_with_peer_ops_take_single_copy, .timeout = 120) {
 }
 
 /* Without wait_word (ABI 1.6) every rank signals each epoch of the flagged-line
- * collectives and the root every line broadcast, packed ones too, and a reader whose
+ * collectives, the root every line broadcast and each writer every line gather or
+ * reduce, packed ones too, and a reader whose
  * line is not there yet waits for that signal: the host suite's run-ahead patterns, late
  * ranks and roots included, exact on the old table. 3 ranks outnumber 2 CPUs, so
  * broadcasts are laid end to end there. */
@@ -390,6 +391,8 @@ static int rank_old_lines(ul_unique_id_t id, int n, int me) {
   STEP(2, c->generic && c->generic->wait_word == 0, "wait_word reported without the op");
   STEP(3, line_run_ahead(c, me, n) == 0, "line run ahead failed (message above)");
   STEP(4, line_broadcast_run_ahead(c, me, n) == 0, "broadcast run ahead failed (message above)");
+  STEP(5, line_gather_run_ahead(c, me, n) == 0, "gather run ahead failed (message above)");
+  STEP(6, line_reduce_run_ahead(c, me, n) == 0, "reduce run ahead failed (message above)");
   return fork_ranks_comm_down(c, me);
 }
 

@@ -364,11 +364,6 @@ UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x) {
  * back, medians of 7 alternating rounds: 8 B 0.22 -> 0.13 us. Multi-line broadcasts keep
  * the signal: without its wait the root's stores into the next slot meet the readers
  * still pulling this one (64 B 0.28 -> 0.33, 512 B 0.32 -> 0.60). */
-static char *bcast_line(const ul__generic_t *g, void *base, int root, uint64_t line) {
-  return (char *)base + g->lb_off +
-         ((size_t)root * UL__LB_RING + (size_t)(line % UL__LB_RING)) * UL__LL_LINE;
-}
-
 /* A broadcast small enough to share a line with another. */
 static int bcast_packed(size_t b) { return 2 * b <= UL__LL_PAYLOAD; }
 
@@ -417,6 +412,53 @@ static const void *root_block(const algo_ctx_t *x, int p) {
                                     : a->sendbuf;
 }
 
+/* Line `line` of ring `ring` (UL__LB_REGION) in the scratch at base. */
+static char *rooted_line(const ul__generic_t *g, void *base, int ring, uint64_t line) {
+  return (char *)base + g->lb_off +
+         ((size_t)ring * UL__LB_RING + (size_t)(line % UL__LB_RING)) * UL__LL_LINE;
+}
+
+/* A writer of a ring, before writing its lines up to `last`: line `last` last held ring
+ * round line last - UL__LB_RING, free once every reader has finished the lines up to it,
+ * that is returned (last - UL__LB_RING + 1) / UL__LB_CREDIT credits, rounded up. Reader
+ * p returns them on signal credit_sig + p; reader < 0: every peer reads. */
+static ul_result_t rooted_credits_wait(algo_ctx_t *x, ul__lb_state_t *s, uint64_t last,
+                                       int credit_sig, int reader) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  uint64_t need = last < UL__LB_RING ? 0
+                                     : (last - UL__LB_RING + UL__LB_CREDIT) / UL__LB_CREDIT;
+  if (need > s->credits_known) {
+    for (int i = 1; i < n; i++) {
+      int p = (me + i) % n;
+      if (reader < 0 || p == reader) UL_CHECK(ul__gwait(g, credit_sig + p, need, p, x->bs));
+    }
+    s->credits_known = need;
+  } else if (n > 1) {
+    /* We write into peers' scratch: first make sure none has aborted (as ul__line_small). */
+    UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, reader < 0 ? (me + 1) % n : reader, x->bs));
+  }
+  return UL_OK;
+}
+
+/* A reader of a ring, having finished every line before `last` (the collectives after
+ * this one start at last or later): a credit every UL__LB_CREDIT lines, on signal
+ * credit_sig, to the ring's writer, or (writer < 0) to every peer. */
+static ul_result_t rooted_credits_return(algo_ctx_t *x, ul__lb_state_t *s, uint64_t last,
+                                         int credit_sig, int writer) {
+  ul__generic_t *g = x->g;
+  int n = g->n, me = g->me;
+  while ((s->credits_returned + 1) * UL__LB_CREDIT <= last) {
+    for (int i = 1; i < n; i++) {
+      int p = (me + i) % n;
+      if (writer < 0 || p == writer)
+        UL_CHECK(x->o->signal(BC(x), g->win, p, credit_sig, x->bs));
+    }
+    s->credits_returned++;
+  }
+  return UL_OK;
+}
+
 /* A broadcast, or a scatter: the same lines in the same places of every reader's ring
  * (the places follow from the block size, which every rank sees alike), each reader's
  * holding its own block. */
@@ -432,37 +474,69 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   bcast_place(s, cb, g->oversubscribed, &first, &off);
   uint64_t last = s->line; /* the broadcast's lines: first .. last */
   if (me != root) {
-    UL_CHECK(lines_read(x, bcast_line(g, g->scratch, root, first), off, j + 1, root,
+    UL_CHECK(lines_read(x, rooted_line(g, g->scratch, root, first), off, j + 1, root,
                         signalled ? UL__SIG_LB(g, root) : -1, s->signalled, a->recvbuf, cb));
-    /* every line before `last` is finished: the broadcasts after this one start at last
-     * or later */
-    while ((s->credits_returned + 1) * UL__LB_CREDIT <= last) {
-      UL_CHECK(x->o->signal(BC(x), g->win, root, UL__SIG_LB_CREDIT(g, me), x->bs));
-      s->credits_returned++;
-    }
-    return UL_OK;
+    return rooted_credits_return(x, s, last, UL__SIG_LB_CREDIT(g, me), root);
   }
-  /* Line `last` last held ring round line last - UL__LB_RING: free once every reader
-   * has finished the lines up to it, that is returned (last - UL__LB_RING + 1) /
-   * UL__LB_CREDIT credits, rounded up. */
-  uint64_t need = last < UL__LB_RING ? 0
-                                     : (last - UL__LB_RING + UL__LB_CREDIT) / UL__LB_CREDIT;
-  if (need > s->credits_known) {
-    for (int i = 1; i < n; i++) {
-      int p = (me + i) % n;
-      UL_CHECK(ul__gwait(g, UL__SIG_LB_CREDIT(g, p), need, p, x->bs));
-    }
-    s->credits_known = need;
-  } else if (n > 1) {
-    /* We write into peers' scratch: first make sure none has aborted (as ul__line_small). */
-    UL_CHECK(ul__gwait(g, UL__SIG_LIVE(g), 0, (me + 1) % n, x->bs));
-  }
+  UL_CHECK(rooted_credits_wait(x, s, last, UL__SIG_LB_CREDIT(g, 0), -1));
   for (int i = 1; i < n; i++) {
     int p = (me + i) % n;
-    lines_write(bcast_line(g, g->peer_bases[p], root, first), off, j + 1, root_block(x, p), cb);
+    lines_write(rooted_line(g, g->peer_bases[p], root, first), off, j + 1, root_block(x, p), cb);
   }
   if (signalled)
     for (int i = 1; i < n; i++)
       UL_CHECK(x->o->signal(BC(x), g->win, (me + i) % n, UL__SIG_LB(g, me), x->bs));
   return ul__copy_if_needed(x, a->recvbuf, root_block(x, me), a->count);
+}
+
+/* A gather or reduce of up to UL__LB_MAX_BYTES a rank: the broadcast's lines the other
+ * way. Each other rank writes its input into its own ring in the root's scratch, in the
+ * places a broadcast of that size would take (bcast_place: every writer's alike, as they
+ * write the same sizes), signals where a broadcast would, and leaves; the root reads the
+ * rings in rank order and returns credits to every writer, as a broadcast's readers do
+ * to their root. The staged version (ul__staged_small) had every writer copy into its
+ * staging, signal the root, and wait for the root's acknowledgement before reusing the
+ * staging slot; here a writer's call is its line stores and, every UL__LB_CREDIT lines,
+ * a check of the root's credit. A reduce adds the inputs in rank order, as every other
+ * reduce does. */
+UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
+  ul__generic_t *g = x->g;
+  const ul__coll_args_t *a = x->a;
+  int n = g->n, me = g->me, root = a->root;
+  size_t cb = ul__line_bytes(x), off;
+  ul__lb_state_t *s = &g->lb[n + root];
+  uint64_t j = s->count++, first;
+  int signalled = lines_signalled(g, !bcast_packed(cb));
+  if (signalled) s->signalled++;
+  bcast_place(s, cb, g->oversubscribed, &first, &off);
+  uint64_t last = s->line; /* this call's lines in each ring: first .. last */
+  if (me != root) {
+    UL_CHECK(rooted_credits_wait(x, s, last, UL__SIG_LG_CREDIT(g, 0), root));
+    lines_write(rooted_line(g, g->peer_bases[root], n + me, first), off, j + 1, a->sendbuf, cb);
+    if (signalled) UL_CHECK(x->o->signal(BC(x), g->win, root, UL__SIG_LG(g, me), x->bs));
+    return UL_OK;
+  }
+#define LINES_OF(r, dst)                                                                   \
+  lines_read(x, rooted_line(g, g->scratch, n + (r), first), off, j + 1, (r),              \
+             signalled ? UL__SIG_LG(g, r) : -1, s->signalled, (dst), cb)
+  if (a->coll == UL_COLL_GATHER) {
+    /* our own block first: an in-place root's input may lie where a peer's block goes */
+    UL_CHECK(ul__copy_if_needed(x, at(a->recvbuf, (size_t)me * a->count, x->esize), a->sendbuf,
+                                a->count));
+    for (int r = 0; r < n; r++)
+      if (r != me) UL_CHECK(LINES_OF(r, at(a->recvbuf, (size_t)r * a->count, x->esize)));
+  } else {
+    /* in cache-line-aligned temporaries: recvbuf may alias sendbuf */
+    _Alignas(64) char acc[UL__LB_MAX_BYTES], in[UL__LB_MAX_BYTES];
+    if (me == 0) memcpy(acc, a->sendbuf, cb);
+    else UL_CHECK(LINES_OF(0, acc));
+    for (int r = 1; r < n; r++) {
+      if (r != me) UL_CHECK(LINES_OF(r, in));
+      UL_CHECK(REDUCE(x, acc, acc, r == me ? a->sendbuf : in, a->count));
+    }
+    memcpy(a->recvbuf, acc, cb);
+    if (a->op == UL_AVG) UL_CHECK(SCALE(x, a->recvbuf, a->count));
+  }
+#undef LINES_OF
+  return rooted_credits_return(x, s, last, UL__SIG_LG_CREDIT(g, me), -1);
 }

@@ -51,6 +51,7 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_BROADCAST, "direct", NEED_DIRECT, ul__direct_broadcast},
     {UL_COLL_BROADCAST, "bounce", NEED_SHARED, ul__bounce_broadcast},
     {UL_COLL_BROADCAST, "tree", NEED_NONE, ul__tree_broadcast},
+    {UL_COLL_REDUCE, "line", NEED_SHARED, ul__line_gather},
     {UL_COLL_REDUCE, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_REDUCE, "direct", NEED_DIRECT, ul__direct_reduce},
     {UL_COLL_REDUCE, "tree", NEED_NONE, ul__tree_reduce},
@@ -59,6 +60,7 @@ static const algo_entry_t algorithms[] = {
     {UL_COLL_ALLTOALL, "direct", NEED_DIRECT, ul__direct_alltoall},
     {UL_COLL_ALLTOALL, "bounce", NEED_SHARED, ul__bounce_alltoall},
     {UL_COLL_ALLTOALL, "pairwise", NEED_NONE, ul__pairwise_alltoall},
+    {UL_COLL_GATHER, "line", NEED_SHARED, ul__line_gather},
     {UL_COLL_GATHER, "staged", NEED_SHARED, ul__staged_small},
     {UL_COLL_GATHER, "direct", NEED_DIRECT, ul__direct_gather},
     {UL_COLL_GATHER, "linear", NEED_NONE, ul__linear_gather},
@@ -81,7 +83,7 @@ int ul__generic_algo_known(ul_coll_t coll, const char *name) {
 }
 
 static int is_line(const algo_entry_t *e) {
-  return e->run == ul__line_small || e->run == ul__line_broadcast;
+  return e->run == ul__line_small || e->run == ul__line_broadcast || e->run == ul__line_gather;
 }
 
 static int is_oneshot(const algo_entry_t *e) {
@@ -123,7 +125,7 @@ static int needs_met(const ul__generic_t *g, int needs) {
  * outnumbering cores it runs in turn, so the limit shrinks by (cores/ranks)^2 (4 ranks
  * on 2 cores: 8 KiB; measured in docs/performance.md). */
 static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
-  if (e->run == ul__line_broadcast) return UL__LB_MAX_BYTES;
+  if (e->run == ul__line_broadcast || e->run == ul__line_gather) return UL__LB_MAX_BYTES;
   if (e->run == ul__line_small) return UL__LL_MAX_BYTES;
   if (e->run == ul__staged_oneshot_allreduce || e->run == ul__staged_small) return g->oneshot_bytes;
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
@@ -192,6 +194,11 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
     snprintf(r, rl,
              "%zu bytes <= %d: written into readers' scratch in flagged cache lines, small "
              "ones packed, no staging, readers' credits every %d lines",
+             ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
+  else if (al->run == ul__line_gather)
+    snprintf(r, rl,
+             "%zu bytes a rank <= %d: written into the root's scratch in flagged cache lines, "
+             "small ones packed, no staging, the root's credits every %d lines",
              ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
   else if (al->run == ul__line_small)
     snprintf(r, rl,

@@ -157,7 +157,7 @@ ul_result_t ul__generic_init(ul_comm_t comm) {
   g->ready_expect = calloc((size_t)n, sizeof *g->ready_expect);
   g->done_expect = calloc((size_t)n, sizeof *g->done_expect);
   g->slot_need = calloc((size_t)n * UL__STAGE_SLOTS, sizeof *g->slot_need);
-  g->lb = calloc((size_t)n, sizeof *g->lb);
+  g->lb = calloc(2 * (size_t)n, sizeof *g->lb);
   if (!g->sent || !g->recvd || !g->peer_bases || !g->zsend || !g->zrecv || !g->outs ||
       !g->ready_expect ||
       !g->done_expect || !g->slot_need || !g->lb) {

@@ -15,11 +15,15 @@
  * wait_word (ul__line_broadcast) */
 #define UL__SIG_LB(g, j) (6 * (g)->n + (j))
 #define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of our lines */
+/* rank j wrote its gather or reduce lines to us, its root; not for packed ones where the
+ * backend has wait_word (ul__line_gather) */
+#define UL__SIG_LG(g, j) (8 * (g)->n + (j))
+#define UL__SIG_LG_CREDIT(g, j) (9 * (g)->n + (j)) /* root j read UL__LB_CREDIT more of our lines */
 /* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
  * peers. A signal that a peer raises on every call would do too, but the check would then
  * read a line the peer writes each call: two cache-line transfers per call for nothing. */
-#define UL__SIG_LIVE(g) (8 * (g)->n)
-#define UL__NSIG_GENERIC(n) (8 * (n) + 16)
+#define UL__SIG_LIVE(g) (10 * (g)->n)
+#define UL__NSIG_GENERIC(n) (10 * (n) + 16)
 
 #define UL__UNTUNED ((size_t)-1)
 #define UL__STAGED_MAX_BYTES ((size_t)1 << 20) /* largest staging area a rank keeps */
@@ -31,8 +35,10 @@
 #define UL__LL_LINES 74 /* 4144 bytes a peer: a 4 KiB allreduce */
 #define UL__LL_MAX_BYTES (UL__LL_LINES * UL__LL_PAYLOAD)
 #define UL__LL_REGION(n) ((size_t)(n) * 2 * UL__LL_LINES * UL__LL_LINE)
-/* Broadcast lines (ul__line_broadcast): per root, a ring of UL__LB_RING lines that its
- * broadcasts fill in order, those of 28 bytes or less packed several to a line, larger
+/* Rooted lines (ul__line_broadcast, ul__line_gather): in every rank's scratch, 2n rings
+ * of UL__LB_RING lines, each written by one rank: ring r < n by root r's broadcasts and
+ * scatters, ring n + r by rank r's gathers and reduces to this rank. Each ring's
+ * collectives fill it in order, those of 28 bytes or less packed several to a line, larger
  * ones a slot of UL__LB_LINES lines each (end to end when ranks outnumber cores, see
  * bcast_place); readers return a credit every UL__LB_CREDIT lines
  * they finish. Up to UL__LB_LINES lines (1 KiB): beyond it the root's stores into lines
@@ -46,18 +52,19 @@
 #define UL__LB_RING (16 * UL__LB_LINES)
 #define UL__LB_CREDIT (4 * UL__LB_LINES)
 #define UL__LB_MAX_BYTES (UL__LB_LINES * UL__LL_PAYLOAD)
-#define UL__LB_REGION(n) ((size_t)(n) * UL__LB_RING * UL__LL_LINE)
+#define UL__LB_REGION(n) (2 * (size_t)(n) * UL__LB_RING * UL__LL_LINE)
 _Static_assert(UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT, "broadcast ring too small");
 
-/* Per root, where its line broadcasts stand; alike on every rank, as every rank sees the
- * same broadcasts (ul__line_broadcast). */
+/* Per root, where its line broadcasts (or the gathers to it) stand; alike on every rank,
+ * as every rank sees the same collectives, and alike for every ring a gather's writers
+ * fill, as they write the same sizes (ul__line_broadcast, ul__line_gather). */
 typedef struct ul__lb_state {
-  uint64_t count;   /* broadcasts made so far: the next one is flagged count + 1 */
-  uint64_t signalled; /* those the root signals (UL__SIG_LB): the signal's count */
+  uint64_t count;   /* collectives made so far: the next one is flagged count + 1 */
+  uint64_t signalled; /* those whose writers signal (UL__SIG_LB, UL__SIG_LG): its count */
   uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
   size_t off;       /* cursor: payload bytes of that line already used */
-  /* A rank is root or reader of a given root's broadcasts, never both: */
-  uint64_t credits_known;    /* root: credits every reader is known to have returned */
+  /* A rank is writer or reader of a given ring, never both: */
+  uint64_t credits_known;    /* writer: credits its readers are known to have returned */
   uint64_t credits_returned; /* reader: credits it has returned to the root */
 } ul__lb_state_t;
 
@@ -119,8 +126,8 @@ typedef struct ul__generic {
    * measured (decision 0014: every size, or none when ranks outnumber cores) */
   size_t bounce_from[UL_COLL_COUNT];
   uint64_t ll_epoch;                 /* flagged-line operations run so far */
-  size_t lb_off;                     /* broadcast lines, UL__LB_REGION(n) bytes */
-  ul__lb_state_t *lb;                /* per root */
+  size_t lb_off;                     /* rooted lines, UL__LB_REGION(n) bytes */
+  ul__lb_state_t *lb; /* 2n: [root] its broadcasts and scatters, [n + root] gathers to it */
   /* The 2 staging buffers are also UL__STAGE_SLOTS small slots, so tiny operations can
    * run further ahead of slow readers. Signals owed (algo_staged.c, staged_reads): */
   uint64_t *ready_expect; /* per peer: READY signals it has owed this rank so far */
@@ -293,8 +300,10 @@ UL__HIDDEN size_t ul__staged_bytes(const algo_ctx_t *x);
  * data pushed into peers' scratch in flagged cache lines, up to UL__LL_MAX_BYTES a peer
  * (ul__line_bytes). */
 UL__HIDDEN ul_result_t ul__line_small(algo_ctx_t *x);
-/* A small broadcast in flagged lines: per-root rings, credits in batches. */
+/* A small broadcast or scatter in flagged lines: per-root rings, credits in batches. */
 UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x);
+/* A small gather or reduce the same way: a ring per writer in the root's scratch. */
+UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x);
 UL__HIDDEN size_t ul__line_bytes(const algo_ctx_t *x);
 /* algo_bounce.c: process ranks' private buffers, piece by piece through the channels
  * with every peer directly (what the direct algorithms do when peers cannot map them). */
