@@ -15,8 +15,8 @@
  * wait_word (ul__line_broadcast) */
 #define UL__SIG_LB(g, j) (6 * (g)->n + (j))
 #define UL__SIG_LB_CREDIT(g, j) (7 * (g)->n + (j)) /* rank j read UL__LB_CREDIT more of our lines */
-/* rank j wrote its gather or reduce lines to us, its root; not for packed ones where the
- * backend has wait_word (ul__line_gather) */
+/* rank j wrote its gather or reduce lines to us, its root; only where the backend has
+ * no wait_word (ul__line_gather) */
 #define UL__SIG_LG(g, j) (8 * (g)->n + (j))
 #define UL__SIG_LG_CREDIT(g, j) (9 * (g)->n + (j)) /* root j read UL__LB_CREDIT more of our lines */
 /* Never signalled: a wait for 0 on it is only the backend's check of aborted and lost
