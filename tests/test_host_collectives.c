@@ -312,8 +312,8 @@ static int staged_run_ahead(ul_comm_t c, int me, int n) {
   return 0;
 }
 
-/* Small reduce, gather and scatter run staged, or up to 1064 bytes a rank in flagged
- * lines (the broadcast's for a scatter, their mirror for reduce and gather): one
+/* Small reduce, gather and scatter run staged, or in flagged lines up to 1064 bytes a
+ * block (scatter, the broadcast's) or 2128 bytes a rank (reduce and gather, their mirror): one
  * synchronisation with the root instead of the direct algorithm's two barriers (np2
  * synchronized 8-byte reduce: 7.1 -> 1.1 us).
  * The ranks other than a reduce or gather root stage, signal the root and leave, so they
@@ -363,7 +363,8 @@ static int rooted_small_run_ahead(ul_comm_t c, int me, int n) {
     }
     ul_call_info_t info = {.struct_size = sizeof info};
     CHECK(ul_comm_last_call(c, &info) == UL_OK, "last_call");
-    const char *want = cnt * sizeof *r <= 1064 ? "line" : "staged"; /* a rank's bytes */
+    size_t lines_max = kind == 2 ? 1064 : 2128; /* a rank's bytes in lines */
+    const char *want = cnt * sizeof *r <= lines_max ? "line" : "staged";
     CHECK(n == 1 || !strcmp(info.algorithm, want), "%s %d of %zu ran '%s' (%s), want %s",
           kind == 0 ? "reduce" : kind == 1 ? "gather" : "scatter", it, cnt, info.algorithm,
           info.reason, want);

@@ -382,8 +382,8 @@ static int bcast_packed(size_t b) { return 2 * b <= UL__LL_PAYLOAD; }
  * processes 32-256 B 2.1-2.2 us -> 0.36-0.73, 512 B 1.83 -> 1.32 (7 rounds), 1 KiB 1.02x;
  * threads 32-128 B 2.0-2.4x, 512 B-1 KiB 1.03-1.14x. */
 
-static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *line,
-                        size_t *off) {
+static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t slot,
+                        uint64_t *line, size_t *off) {
   if (bcast_packed(b)) {
     if (b > UL__LL_PAYLOAD - s->off) {
       s->line++;
@@ -396,7 +396,7 @@ static void bcast_place(ul__lb_state_t *s, size_t b, int end_to_end, uint64_t *l
   }
   uint64_t nl = (b + UL__LL_PAYLOAD - 1) / UL__LL_PAYLOAD;
   uint64_t first = s->off == 0 ? s->line : s->line + 1; /* off 0: nothing written yet */
-  if (!end_to_end) first = (first + UL__LB_LINES - 1) / UL__LB_LINES * UL__LB_LINES;
+  if (!end_to_end) first = (first + slot - 1) / slot * slot;
   else if (first % UL__LB_RING + nl > UL__LB_RING) /* would cross the ring's end */
     first = (first / UL__LB_RING + 1) * UL__LB_RING;
   *line = first;
@@ -471,7 +471,7 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   uint64_t j = s->count++, first;
   int signalled = lines_signalled(g, !bcast_packed(cb));
   if (signalled) s->signalled++;
-  bcast_place(s, cb, g->oversubscribed, &first, &off);
+  bcast_place(s, cb, g->oversubscribed, UL__LB_LINES, &first, &off);
   uint64_t last = s->line; /* the broadcast's lines: first .. last */
   if (me != root) {
     UL_CHECK(lines_read(x, rooted_line(g, g->scratch, root, first), off, j + 1, root,
@@ -489,10 +489,10 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
   return ul__copy_if_needed(x, a->recvbuf, root_block(x, me), a->count);
 }
 
-/* A gather or reduce of up to UL__LB_MAX_BYTES a rank: the broadcast's lines the other
+/* A gather or reduce of up to UL__LG_MAX_BYTES a rank: the broadcast's lines the other
  * way. Each other rank writes its input into its own ring in the root's scratch, in the
- * places a broadcast of that size would take (bcast_place: every writer's alike, as they
- * write the same sizes) and leaves; the root reads the rings in rank order, waiting on
+ * places a broadcast of that size would take, in slots of UL__LG_LINES (bcast_place:
+ * every writer's alike, as they write the same sizes) and leaves; the root reads the rings in rank order, waiting on
  * a line's flag where it is not there yet (no signal, where the backend has wait_word,
  * even for calls of several lines: np2 back to back, 128-512 B reduce 0.24-0.29 us with
  * the signal, 0.21-0.25 without, medians of 3 alternating rounds; synchronized the same
@@ -511,7 +511,7 @@ UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
   uint64_t j = s->count++, first;
   int signalled = lines_signalled(g, 0);
   if (signalled) s->signalled++;
-  bcast_place(s, cb, g->oversubscribed, &first, &off);
+  bcast_place(s, cb, g->oversubscribed, UL__LG_LINES, &first, &off);
   uint64_t last = s->line; /* this call's lines in each ring: first .. last */
   if (me != root) {
     UL_CHECK(rooted_credits_wait(x, s, last, UL__SIG_LG_CREDIT(g, 0), root));
@@ -530,7 +530,7 @@ UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
       if (r != me) UL_CHECK(LINES_OF(r, at(a->recvbuf, (size_t)r * a->count, x->esize)));
   } else {
     /* in cache-line-aligned temporaries: recvbuf may alias sendbuf */
-    _Alignas(64) char acc[UL__LB_MAX_BYTES], in[UL__LB_MAX_BYTES];
+    _Alignas(64) char acc[UL__LG_MAX_BYTES], in[UL__LG_MAX_BYTES];
     if (me == 0) memcpy(acc, a->sendbuf, cb);
     else UL_CHECK(LINES_OF(0, acc));
     for (int r = 1; r < n; r++) {

@@ -125,7 +125,8 @@ static int needs_met(const ul__generic_t *g, int needs) {
  * outnumbering cores it runs in turn, so the limit shrinks by (cores/ranks)^2 (4 ranks
  * on 2 cores: 8 KiB; measured in docs/performance.md). */
 static size_t oneshot_capacity(const ul__generic_t *g, const algo_entry_t *e) {
-  if (e->run == ul__line_broadcast || e->run == ul__line_gather) return UL__LB_MAX_BYTES;
+  if (e->run == ul__line_broadcast) return UL__LB_MAX_BYTES;
+  if (e->run == ul__line_gather) return UL__LG_MAX_BYTES;
   if (e->run == ul__line_small) return UL__LL_MAX_BYTES;
   if (e->run == ul__staged_oneshot_allreduce || e->run == ul__staged_small) return g->oneshot_bytes;
   return g->chunk_bytes < 64 * 1024 ? g->chunk_bytes : 64 * 1024;
@@ -199,7 +200,7 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
     snprintf(r, rl,
              "%zu bytes a rank <= %d: written into the root's scratch in flagged cache lines, "
              "small ones packed, no staging, the root's credits every %d lines",
-             ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
+             ul__line_bytes(x), UL__LG_MAX_BYTES, UL__LB_CREDIT);
   else if (al->run == ul__line_small)
     snprintf(r, rl,
              "%zu bytes a peer <= %d: written into peers' scratch in flagged cache lines, no "

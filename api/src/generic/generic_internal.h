@@ -54,6 +54,15 @@
 #define UL__LB_MAX_BYTES (UL__LB_LINES * UL__LL_PAYLOAD)
 #define UL__LB_REGION(n) (2 * (size_t)(n) * UL__LB_RING * UL__LL_LINE)
 _Static_assert(UL__LB_RING >= 2 * UL__LB_LINES + UL__LB_CREDIT, "broadcast ring too small");
+/* A gather's or reduce's slot (ul__line_gather): twice the broadcast's. Each writer's
+ * stores go to one reader, whose reads of a ring the prefetcher streams; at 2 KiB a rank
+ * the lines beat staging in both methods (np2, medians of 3 rounds, us, b2b / sync:
+ * gather 4 KiB 0.71 / 1.39 against 1.07 / 1.53, reduce 2 KiB 0.76 / 1.51 against 1.02 /
+ * 1.63; decision 0022). The same bound as the broadcast's, and whole slots in the ring. */
+#define UL__LG_LINES (2 * UL__LB_LINES)
+#define UL__LG_MAX_BYTES (UL__LG_LINES * UL__LL_PAYLOAD)
+_Static_assert(UL__LB_RING >= 2 * UL__LG_LINES + UL__LB_CREDIT, "gather ring too small");
+_Static_assert(UL__LB_RING % UL__LG_LINES == 0, "gather slots must tile the ring");
 
 /* Per root, where its line broadcasts (or the gathers to it) stand; alike on every rank,
  * as every rank sees the same collectives, and alike for every ring a gather's writers
