@@ -492,16 +492,16 @@ UL__HIDDEN ul_result_t ul__line_broadcast(algo_ctx_t *x) {
 /* A gather or reduce of up to UL__LG_MAX_BYTES a rank: the broadcast's lines the other
  * way. Each other rank writes its input into its own ring in the root's scratch, in the
  * places a broadcast of that size would take, in slots of UL__LG_LINES (bcast_place:
- * every writer's alike, as they write the same sizes) and leaves; the root reads the rings in rank order, waiting on
- * a line's flag where it is not there yet (no signal, where the backend has wait_word,
- * even for calls of several lines: np2 back to back, 128-512 B reduce 0.24-0.29 us with
- * the signal, 0.21-0.25 without, medians of 3 alternating rounds; synchronized the same
- * within 0.05 us), and returns credits to every writer, as a broadcast's readers do to
- * their root. The staged version (ul__staged_small) had every writer copy into its
- * staging, signal the root, and wait for the root's acknowledgement before reusing the
- * staging slot; here a writer's call is its line stores and, every UL__LB_CREDIT lines,
- * a check of the root's credit. A reduce adds the inputs in rank order, as every other
- * reduce does. */
+ * every writer's alike, as they write the same sizes), and leaves. The root reads the
+ * rings in rank order, waiting on a line's flag where it is not there yet (no signal
+ * where the backend has wait_word, even for calls of several lines: np2 back to back,
+ * 128-512 B reduce 0.24-0.29 us with the signal, 0.21-0.25 without, medians of 3
+ * alternating rounds; synchronized the same within 0.05 us), and returns credits to
+ * every writer, as a broadcast's readers do to their root. The staged version
+ * (ul__staged_small) had every writer copy into its staging, signal the root, and wait
+ * for the root's acknowledgement before reusing the staging slot; here a writer's call
+ * is its line stores and, every UL__LB_CREDIT lines, a check of the root's credit. A
+ * reduce adds the inputs in rank order, as every other reduce does. */
 UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
   ul__generic_t *g = x->g;
   const ul__coll_args_t *a = x->a;
