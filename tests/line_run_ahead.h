@@ -86,20 +86,20 @@ static inline int line_run_ahead(ul_comm_t c, int me, int n) {
 
 /* Small broadcasts go in flagged lines through a ring of 304 per root, small gathers and
  * reduces through a ring of 304 per writer in the root's scratch, the smallest packed
- * several to a line, the others a slot each (19 lines, 38 for gathers and reduces) (laid end to end when ranks
- * outnumber cores, from 3 ranks here: those must start the ring again rather than cross
- * its end; without that 4 of 7 rank counts fail), and a writer may run ahead of its
- * readers until it comes round to a line they have not returned a credit for (one every
- * 76 lines). Runs of 120 calls to one root (about 400 lines: the ring wraps and the
- * writers wait within a run) while the readers lag, then roots that change every call;
- * in place and out of place; counts that share a line (4, 8 and 28 bytes), fill one
- * exactly (56), need two (60), the limit (a broadcast's 19 lines, 1064 bytes; a gather's
- * or reduce's 38, 2128 bytes) and one past it (staged).
+ * several to a line, the others a slot each of 19 lines, 38 for gathers and reduces
+ * (laid end to end when ranks outnumber cores, from 3 ranks here: those must start the
+ * ring again rather than cross its end; without that 4 of 7 rank counts fail), and a
+ * writer may run ahead of its readers until it comes round to a line they have not
+ * returned a credit for (one every 76 lines). Runs of 120 calls to one root (about 400
+ * lines: the ring wraps and the writers wait within a run) while the readers lag, then
+ * roots that change every call; in place and out of place; counts that share a line (4,
+ * 8 and 28 bytes), fill one exactly (56), need two (60), the limit (a broadcast's 19
+ * lines, 1064 bytes; a gather's or reduce's 38, 2128 bytes) and one past it (staged).
  * Now and then the writers come late, so readers wait: polling the line for packed
  * calls, which are not signalled, and for the signal of the others, whose count skips
  * the packed ones. A line rewritten before its reader read it, a call placed differently
- * on two ranks, a credit or a signal counted wrong (a hang or a wrong value) fails
- * here. coll: UL_COLL_BROADCAST, UL_COLL_GATHER or UL_COLL_REDUCE. */
+ * on two ranks, a credit or a signal counted wrong (a hang or a wrong value) fails here.
+ * coll: UL_COLL_BROADCAST, UL_COLL_GATHER or UL_COLL_REDUCE. */
 static inline int line_rooted_run_ahead(ul_comm_t c, int me, int n, ul_coll_t coll) {
   size_t limit = coll == UL_COLL_BROADCAST ? 1064 : 2128; /* bytes a rank in lines */
   size_t top = limit / sizeof(int32_t);

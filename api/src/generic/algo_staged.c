@@ -509,8 +509,7 @@ UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
   size_t cb = ul__line_bytes(x), off;
   ul__lb_state_t *s = &g->lb[n + root];
   uint64_t j = s->count++, first;
-  int signalled = lines_signalled(g, 0);
-  if (signalled) s->signalled++;
+  int signalled = lines_signalled(g, 0); /* then every call: its signal count is j + 1 */
   bcast_place(s, cb, g->oversubscribed, UL__LG_LINES, &first, &off);
   uint64_t last = s->line; /* this call's lines in each ring: first .. last */
   if (me != root) {
@@ -521,7 +520,7 @@ UL__HIDDEN ul_result_t ul__line_gather(algo_ctx_t *x) {
   }
 #define LINES_OF(r, dst)                                                                   \
   lines_read(x, rooted_line(g, g->scratch, n + (r), first), off, j + 1, (r),              \
-             signalled ? UL__SIG_LG(g, r) : -1, s->signalled, (dst), cb)
+             signalled ? UL__SIG_LG(g, r) : -1, j + 1, (dst), cb)
   if (a->coll == UL_COLL_GATHER) {
     /* our own block first: an in-place root's input may lie where a peer's block goes */
     UL_CHECK(ul__copy_if_needed(x, at(a->recvbuf, (size_t)me * a->count, x->esize), a->sendbuf,

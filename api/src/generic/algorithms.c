@@ -191,16 +191,13 @@ static void selection_reason(algo_ctx_t *x, const algo_entry_t *al, size_t bytes
   if (x->a->coll == UL_COLL_ALLREDUCE && g->shared_scratch && g->oneshot_bytes)
     snprintf(over, sizeof over, "%zu bytes > %zu one-shot limit; ", bytes,
              oneshot_limit(g, find_algo(UL_COLL_ALLREDUCE, "oneshot")));
-  if (al->run == ul__line_broadcast)
+  if (al->run == ul__line_broadcast || al->run == ul__line_gather) {
+    const char *readers = al->run == ul__line_gather ? "the root's" : "readers'";
     snprintf(r, rl,
-             "%zu bytes <= %d: written into readers' scratch in flagged cache lines, small "
-             "ones packed, no staging, readers' credits every %d lines",
-             ul__line_bytes(x), UL__LB_MAX_BYTES, UL__LB_CREDIT);
-  else if (al->run == ul__line_gather)
-    snprintf(r, rl,
-             "%zu bytes a rank <= %d: written into the root's scratch in flagged cache lines, "
-             "small ones packed, no staging, the root's credits every %d lines",
-             ul__line_bytes(x), UL__LG_MAX_BYTES, UL__LB_CREDIT);
+             "%zu bytes a rank <= %zu: written into %s scratch in flagged cache lines, small "
+             "ones packed, no staging, %s credits every %d lines",
+             ul__line_bytes(x), oneshot_capacity(g, al), readers, readers, UL__LB_CREDIT);
+  }
   else if (al->run == ul__line_small)
     snprintf(r, rl,
              "%zu bytes a peer <= %d: written into peers' scratch in flagged cache lines, no "

@@ -69,7 +69,7 @@ _Static_assert(UL__LB_RING % UL__LG_LINES == 0, "gather slots must tile the ring
  * fill, as they write the same sizes (ul__line_broadcast, ul__line_gather). */
 typedef struct ul__lb_state {
   uint64_t count;   /* collectives made so far: the next one is flagged count + 1 */
-  uint64_t signalled; /* those whose writers signal (UL__SIG_LB, UL__SIG_LG): its count */
+  uint64_t signalled; /* broadcasts the root signals (UL__SIG_LB): the signal's count */
   uint64_t line;    /* cursor: absolute line number (ring position line % UL__LB_RING) */
   size_t off;       /* cursor: payload bytes of that line already used */
   /* A rank is writer or reader of a given ring, never both: */
